@@ -1,0 +1,44 @@
+"""ortformer: PyTorch Transformer encoders to ONNX, served with onnxruntime.
+
+Importing the package is cheap and torch-free; ``build_encoder`` and ``export``
+load torch on first use.
+"""
+from __future__ import annotations
+
+from .config import PRESETS, EncoderConfig, preset
+from .errors import (
+    CheckpointError,
+    ConfigError,
+    ExportError,
+    InputError,
+    MissingExtraError,
+    ModelFileError,
+    OrtformerError,
+    ParityError,
+    ProviderError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
+    "OrtformerError", "ConfigError", "CheckpointError", "ExportError", "ParityError",
+    "ModelFileError", "InputError", "ProviderError", "MissingExtraError",
+]
+
+
+def __getattr__(name: str):
+    # lazy: `import ortformer` must not pull in torch or onnxruntime
+    if name == "build_encoder":
+        from .models import build_encoder
+
+        return build_encoder
+    if name == "export":
+        from .exporter import export
+
+        return export
+    if name == "Runtime":
+        from .runtime import Runtime
+
+        return Runtime
+    raise AttributeError(f"module 'ortformer' has no attribute {name!r}")

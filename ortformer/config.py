@@ -1,0 +1,185 @@
+"""EncoderConfig: the one description of a model that travels from CLI flags to
+the ONNX metadata and back into the runtime. Torch-free on purpose."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .errors import ConfigError
+
+CONFIG_FORMAT = 1  # bump when a field changes meaning; from_json refuses others
+
+ATTENTION_KINDS = ("softmax", "linear", "efficient", "cosine")
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu")
+POSITIONS = ("learned", "sinusoidal", "none")
+POOLINGS = ("none", "mean", "cls")
+
+_CHOICES = {
+    "attention": ATTENTION_KINDS,
+    "norm": NORMS,
+    "norm_position": NORM_POSITIONS,
+    "activation": ACTIVATIONS,
+    "positions": POSITIONS,
+    "pooling": POOLINGS,
+}
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Every knob of an ortformer encoder. Defaults are the README's `small` model."""
+
+    # rows of the token embedding; 0 means the model takes float features [B, N, hidden]
+    vocab_size: int = 30522
+    # width F of every token vector between blocks
+    hidden_size: int = 256
+    # heads H; each head works in D = hidden_size / num_heads dimensions
+    num_heads: int = 4
+    # number of stacked encoder blocks L
+    num_layers: int = 4
+    # inner width of the feed-forward network (BERT uses 4F)
+    ffn_size: int = 1024
+    # similarity used by attention: softmax is O(N^2), the linear family O(N)
+    attention: str = "softmax"
+    # LayerNorm (BERT) or RMSNorm (no mean subtraction, no bias)
+    norm: str = "layernorm"
+    # post-norm as in BERT (norm after the residual add) or pre-norm (before each sublayer)
+    norm_position: str = "post"
+    # non-linearity inside the feed-forward network
+    activation: str = "gelu"
+    # how token order enters the model: a learned table, fixed sinusoids, or not at all
+    positions: str = "learned"
+    # longest sequence the model accepts (size of the learned table; runtime limit)
+    max_positions: int = 512
+    # segment embeddings (BERT's token_type_ids); 0 disables the input
+    type_vocab_size: int = 0
+    # epsilon inside LayerNorm/RMSNorm
+    norm_eps: float = 1e-12
+    # epsilon guarding the linear-family denominators against division by zero
+    attention_eps: float = 1e-6
+    # sentence embedding: none, mean over kept tokens, or the first token
+    pooling: str = "mean"
+    # l2-normalise the sentence embedding (cosine-ready vectors)
+    normalize_embeddings: bool = False
+    # free-form label shown by `ortformer info`; has no effect on the math
+    name: str = field(default="custom")
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(f"{name}={value!r} is not valid; choose one of {', '.join(choices)}")
+        for name in ("hidden_size", "num_heads", "num_layers", "ffn_size", "max_positions"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        for name in ("vocab_size", "type_vocab_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 0 (0 disables it)")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
+                f"valid num_heads divide {self.hidden_size}, e.g. {_divisors(self.hidden_size)}"
+            )
+        if self.positions == "sinusoidal" and self.hidden_size % 2:
+            raise ConfigError(f"positions='sinusoidal' needs an even hidden_size, got {self.hidden_size}")
+        for name in ("norm_eps", "attention_eps"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 < value < 1):
+                raise ConfigError(f"{name}={value} must be a finite number in (0, 1)")
+        if self.vocab_size == 0 and self.type_vocab_size:
+            raise ConfigError("type_vocab_size needs token input: set vocab_size > 0 or type_vocab_size = 0")
+        if self.normalize_embeddings and self.pooling == "none":
+            raise ConfigError("normalize_embeddings=True needs pooling 'mean' or 'cls', got pooling='none'")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def takes_ids(self) -> bool:
+        return self.vocab_size > 0
+
+    def replace(self, **changes: Any) -> "EncoderConfig":
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {sorted(unknown)}; valid fields: {', '.join(field_names())}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": CONFIG_FORMAT, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "EncoderConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"config must be a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("format", CONFIG_FORMAT)
+        if version != CONFIG_FORMAT:
+            raise ConfigError(f"config format {version!r} is not supported; this ortformer reads format {CONFIG_FORMAT}")
+        unknown = sorted(set(data) - set(field_names()))
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; valid keys: {', '.join(field_names())}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "EncoderConfig":
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"config is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(EncoderConfig))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, min(n, 64) + 1) if n % d == 0][:8]
+
+
+def _check_types(cfg: EncoderConfig) -> None:
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        want = {"int": int, "float": float, "str": str, "bool": bool}[f.type]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(cfg, f.name, float(value))  # 1 is a fine epsilon spelling of 1.0
+            continue
+        # bool is a subclass of int: True must not pass as a layer count
+        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+            raise ConfigError(f"{f.name}={value!r} must be of type {want.__name__}, got {type(value).__name__}")
+
+
+PRESETS: dict[str, EncoderConfig] = {
+    # seconds-fast model for tests: every code path, tiny tables
+    "tiny": EncoderConfig(
+        name="tiny", vocab_size=100, hidden_size=32, num_heads=4, num_layers=2, ffn_size=64,
+        max_positions=64, type_vocab_size=2, norm_eps=1e-5,
+    ),
+    # the README's first command: small enough to export in seconds on 2 cores
+    "small": EncoderConfig(name="small"),
+    "bert-base": EncoderConfig(
+        name="bert-base", vocab_size=30522, hidden_size=768, num_heads=12, num_layers=12,
+        ffn_size=3072, max_positions=512, type_vocab_size=2, pooling="cls",
+    ),
+    "bert-large": EncoderConfig(
+        name="bert-large", vocab_size=30522, hidden_size=1024, num_heads=16, num_layers=24,
+        ffn_size=4096, max_positions=512, type_vocab_size=2, pooling="cls",
+    ),
+}
+DEFAULT_PRESET = "small"
+
+
+def preset(name: str, **overrides: Any) -> EncoderConfig:
+    """A named preset, optionally with some fields replaced."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]

@@ -1,0 +1,60 @@
+"""Typed errors. Every failure a user can cause is one of these, with a message
+that names what was wrong and what would be valid."""
+
+
+class OrtformerError(Exception):
+    """Base of every error ortformer raises on purpose."""
+
+
+class ConfigError(OrtformerError, ValueError):
+    """An EncoderConfig field, or a combination of fields, is invalid."""
+
+
+class CheckpointError(OrtformerError):
+    """A checkpoint is unreadable, unsafe, or does not match its config."""
+
+
+class ExportError(OrtformerError):
+    """Exporting to ONNX failed, or the destination cannot be written."""
+
+
+class ParityError(ExportError):
+    """The exported model's outputs differ from eager PyTorch beyond the gate.
+
+    ``report`` holds the full parity report (a JSON-able dict)."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+
+class ModelFileError(OrtformerError):
+    """An ONNX file is unreadable, unsafe, or not an ortformer model."""
+
+
+class InputError(OrtformerError, ValueError):
+    """A runtime input has the wrong name, dtype, rank, shape or values."""
+
+
+class ProviderError(OrtformerError):
+    """The requested onnxruntime execution provider cannot be used here."""
+
+
+class MissingExtraError(OrtformerError, ImportError):
+    """A feature needs an optional dependency group that is not installed."""
+
+    def __init__(self, feature: str, extra: str, missing: str):
+        super().__init__(
+            f"{feature} needs the '{extra}' extra ({missing} is not installed): "
+            f"pip install 'ortformer[{extra}]'"
+        )
+        self.extra = extra
+
+
+def require_torch(feature: str):
+    """Import torch or raise MissingExtraError naming the extra to install."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - exercised in a torch-free venv
+        raise MissingExtraError(feature, "export", "torch") from exc
+    return torch

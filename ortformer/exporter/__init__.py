@@ -1,0 +1,10 @@
+"""ONNX export with dynamic axes, checker, metadata and the parity gate. Needs torch."""
+from ..errors import require_torch
+
+require_torch("ortformer.exporter")
+
+from .export import DEFAULT_OPSET, ExportResult, check_file, eager_runner, export, weights_digest  # noqa: E402
+from .parity import GATES, grid, run_parity, summary_line  # noqa: E402
+
+__all__ = ["export", "ExportResult", "DEFAULT_OPSET", "check_file", "eager_runner", "weights_digest",
+           "GATES", "grid", "run_parity", "summary_line"]

@@ -1,0 +1,152 @@
+"""Write an ONNX model so that a reader sees the old model or the complete new one.
+
+A model may be one file or a pair (``model.onnx`` + external data). The data file
+gets a fresh name per export (``model.onnx.<token>.data``) so the old ONNX file
+keeps pointing at its own, intact data until the ONNX file itself is replaced;
+``os.replace`` of the ONNX file is the single commit point. Old data files are
+removed only after the commit.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from ..errors import ExportError
+
+# protobuf refuses messages over 2 GiB; stay clear of it with weights inline
+INLINE_LIMIT_BYTES = 1_800_000_000
+
+
+def external_data_files(onnx_path: Path) -> set[str]:
+    """Relative locations of the external-data files an ONNX file refers to."""
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception:  # an unreadable old file has no data files we can name
+        return set()
+    locations = set()
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    locations.add(entry.value)
+    return locations
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+@dataclass
+class StagedModel:
+    """A model written under a temporary folder beside its destination."""
+
+    dest: Path
+    tmpdir: Path
+    data_name: str | None
+
+    @property
+    def path(self) -> Path:
+        return self.tmpdir / self.dest.name
+
+    def files(self) -> list[Path]:
+        return [self.path] + ([self.tmpdir / self.data_name] if self.data_name else [])
+
+    def rewrite_metadata(self, props: dict[str, str]) -> None:
+        """Set metadata entries in the staged ONNX file, leaving its data file as is."""
+        model = onnx.load(str(self.path), load_external_data=False)
+        set_metadata(model, props)
+        onnx.save_model(model, str(self.path))
+
+    def commit(self, force: bool) -> list[Path]:
+        """Move data first, then the ONNX file (the commit point). Returns the final files."""
+        check_destination(self.dest, force)
+        folder = self.dest.parent
+        old_data = external_data_files(self.dest) if self.dest.exists() else set()
+        for staged in self.files():
+            _fsync(staged)
+        if self.data_name:
+            os.replace(self.tmpdir / self.data_name, folder / self.data_name)
+        os.replace(self.path, self.dest)
+        _fsync_dir(folder)
+        for name in old_data - {self.data_name}:
+            stale = folder / name
+            # only ever delete files inside the destination folder
+            if stale.resolve().parent == folder.resolve() and stale.is_file():
+                stale.unlink()
+        self.discard()
+        return [self.dest] + ([folder / self.data_name] if self.data_name else [])
+
+    def keep_as(self, path: Path) -> Path:
+        """Keep a failed model for inspection under an explicit, different name."""
+        model = onnx.load(str(self.path))  # pulls external data in, so the copy stands alone
+        kept = stage_model(model, Path(path), force=True)
+        return kept.commit(force=True)[0]
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def check_destination(dest: Path, force: bool) -> None:
+    if dest.exists() and not force:
+        raise ExportError(f"{dest} already exists; pass force=True (--force) to replace it")
+    if dest.exists() and not dest.is_file():
+        raise ExportError(f"{dest} exists and is not a file; choose a file path ending in .onnx")
+    folder = dest.parent
+    if not folder.is_dir():
+        raise ExportError(f"output folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"output folder {folder} is not writable")
+
+
+def set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in props.items():
+        if key in existing:
+            existing[key].value = value
+        else:
+            model.metadata_props.add(key=key, value=value)
+
+
+def stage_model(model: onnx.ModelProto, dest: Path, force: bool) -> StagedModel:
+    """Write ``model`` under a temporary folder beside ``dest``; inline when it fits."""
+    dest = Path(dest).absolute()
+    check_destination(dest, force)
+    try:
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    except OSError as exc:
+        raise ExportError(f"cannot write into {dest.parent}: {exc.strerror}") from None
+    staged = StagedModel(dest, tmpdir, None)
+    try:
+        if model.ByteSize() > INLINE_LIMIT_BYTES:
+            staged.data_name = f"{dest.name}.{uuid.uuid4().hex[:12]}.data"
+            onnx.save_model(model, str(staged.path), save_as_external_data=True,
+                            all_tensors_to_one_file=True, location=staged.data_name, size_threshold=1024)
+        else:
+            onnx.save_model(model, str(staged.path))
+    except OSError as exc:
+        staged.discard()
+        raise ExportError(f"cannot write {dest}: {exc.strerror or exc}") from None
+    except BaseException:
+        staged.discard()
+        raise
+    return staged

@@ -1,0 +1,196 @@
+"""Export an encoder to a checked, self-describing ONNX file that passed the parity gate."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from .. import __version__, contract
+from ..config import EncoderConfig
+from ..cost import parameter_count
+from ..errors import ExportError, ParityError
+from ..models import Encoder, build_encoder
+from . import parity as parity_mod
+from .atomic import StagedModel, stage_model
+
+# Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
+# optimizer and quantizer handle best: SDPA decomposes into MatMul/Softmax that ORT
+# fuses, while opset 23 turns it into the `Attention` op whose CPU kernel rejects a
+# (B, 1, 1, N) key mask and which the int8 quantizer rewrites into a broken node.
+DEFAULT_OPSET = 18
+SUPPORTED_OPSETS = range(18, 23)
+SUPPORTED_DTYPES = ("float32",)
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    config: EncoderConfig
+    report: dict
+    source: str
+    parameters: int
+    seconds: float
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 over the state dict's names, dtypes, shapes and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def eager_runner(model: Encoder) -> Callable[[dict], dict]:
+    """Named numpy inputs -> named numpy outputs through the eager model."""
+    names = contract.input_names(model.config)
+
+    def run(inputs: dict) -> dict:
+        with torch.inference_mode():
+            outputs = model(*(torch.from_numpy(inputs[n]) for n in names))
+        return {k: v.float().numpy() for k, v in outputs.items()}
+
+    return run
+
+
+def _resolve(model_or_config, seed: int) -> tuple[Encoder, str]:
+    if isinstance(model_or_config, EncoderConfig):
+        return build_encoder(model_or_config, seed=seed), f"random-init:seed={seed}"
+    if isinstance(model_or_config, Encoder):
+        return model_or_config.eval(), f"weights-sha256:{weights_digest(model_or_config)}"
+    raise ExportError(
+        f"export() takes an EncoderConfig or an ortformer Encoder, got {type(model_or_config).__name__}"
+    )
+
+
+def _trace_to_onnx(model: Encoder, opset: int) -> onnx.ModelProto:
+    """torch.onnx.export (dynamo) with `batch` and `sequence` dynamic on every input."""
+    cfg = model.config
+    b, n = parity_mod.example_shape(cfg)
+    rng = np.random.default_rng(0)
+    example = parity_mod.make_inputs(cfg, parity_mod.Case(b, n, "none"), rng)
+    names = contract.input_names(cfg)
+    args = tuple(torch.from_numpy(example[name]) for name in names)
+    batch = torch.export.Dim(contract.BATCH_AXIS, min=1)
+    sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_positions)
+    dynamic = tuple({0: batch, 1: sequence} for _ in names)
+    log = io.StringIO()
+    onnx_logger = logging.getLogger("torch.onnx")
+    level = onnx_logger.level
+    onnx_logger.setLevel(logging.ERROR)  # torchvision-missing notes are noise here
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            program = torch.onnx.export(
+                model, args, input_names=names, output_names=contract.output_names(cfg),
+                opset_version=opset, dynamo=True, dynamic_shapes=dynamic, external_data=False,
+                verbose=False,
+            )
+        return program.model_proto
+    except Exception as exc:
+        tail = "\n".join(log.getvalue().strip().splitlines()[-5:])
+        raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {exc}\n{tail}".strip()) from exc
+    finally:
+        onnx_logger.setLevel(level)
+
+
+def check_file(path: Path, cfg: EncoderConfig) -> None:
+    """onnx.checker (full, by path) and symbolic input/output shapes per the contract."""
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:
+        raise ExportError(f"onnx.checker rejected the exported model: {exc}") from exc
+    graph = onnx.shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False)).graph
+    declared = {**contract.input_shapes(cfg), **contract.output_shapes(cfg)}
+    for value in list(graph.input) + list(graph.output):
+        dims = [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+        if dims != declared.get(value.name):
+            raise ExportError(f"{value.name} has shape {dims}; the contract declares {declared.get(value.name)}")
+
+
+def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32", seed: int = 0,
+           source: str | None = None, parity: bool = True, force: bool = False,
+           keep_failed=None, reference: Encoder | None = None,
+           progress: Callable[[str], None] | None = None) -> ExportResult:
+    """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
+
+    reference: the eager model parity compares against (default: the exported model).
+    keep_failed: where to keep a model that failed the gate, for inspection.
+    """
+    step = progress or (lambda message: None)
+    start = time.perf_counter()
+    if opset not in SUPPORTED_OPSETS:
+        raise ExportError(f"opset {opset} is not supported; choose {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
+    if dtype not in SUPPORTED_DTYPES:
+        raise ExportError(f"dtype {dtype!r} is not supported; choose one of {', '.join(SUPPORTED_DTYPES)}")
+    model, default_source = _resolve(model_or_config, seed)
+    cfg = model.config
+    if cfg.max_positions < 2:
+        raise ExportError("max_positions must be >= 2 to export a dynamic sequence axis")
+    dest = Path(path)
+    if dest.suffix != ".onnx":
+        raise ExportError(f"output path {dest} must end in .onnx")
+
+    step("tracing with torch.onnx.export (dynamo)")
+    proto = _trace_to_onnx(model, opset)
+    from .atomic import set_metadata
+
+    source = source or default_source
+    set_metadata(proto, {
+        contract.META_FORMAT: contract.FORMAT,
+        contract.META_VERSION: __version__,
+        contract.META_CONFIG: cfg.to_json(),
+        contract.META_SOURCE: source,
+        contract.META_PARITY: json.dumps({"skipped": True}),
+    })
+    step("writing")
+    staged = stage_model(proto, dest, force)
+    del proto
+    try:
+        step("onnx.checker (full)")
+        check_file(staged.path, cfg)
+        if parity:
+            step("parity gate against eager PyTorch")
+            report = _gate(staged, reference or model, cfg, dtype, keep_failed)
+        else:
+            report = {"skipped": True, "reason": "parity disabled by the caller"}
+        staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
+        files = staged.commit(force)
+    finally:
+        staged.discard()
+    step("done")
+    return ExportResult(dest, cfg, report, source, parameter_count(cfg), time.perf_counter() - start, files)
+
+
+def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: str, keep_failed) -> dict:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(staged.path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ExportError(f"onnxruntime cannot load the exported model: {exc}") from exc
+    report = parity_mod.run_parity(session, eager_runner(reference), cfg, dtype)
+    del session
+    if not report["passed"]:
+        kept = f"; the failed model was kept at {staged.keep_as(Path(keep_failed))}" if keep_failed else ""
+        lines = parity_mod.failed_cases(report)
+        raise ParityError(
+            f"parity gate failed in {len(lines)} case(s); first: {lines[0]}{kept}", report
+        )
+    return report

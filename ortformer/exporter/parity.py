@@ -1,0 +1,170 @@
+"""The parity gate: the ONNX file in onnxruntime against eager PyTorch, on a grid of
+shapes and paddings that differ from the export example.
+
+Metrics, per output, over kept tokens (last_hidden_state) or non-empty rows
+(sentence_embedding):
+- max_abs = max |ort - eager|
+- max_rel = max_abs / max |eager|   (error relative to the output's scale)
+- min_cosine = min over vectors of cos(ort_i, eager_i)
+Gates use rtol = 0: an absolute bound and a cosine floor per dtype.
+
+This module is numpy + onnxruntime only; the eager side is any callable that
+maps named numpy inputs to named numpy outputs.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from .. import contract
+from ..config import EncoderConfig
+
+GATES = {
+    "float32": {"max_abs": 1e-4, "min_cosine": 0.99999},
+    # reduced precision is judged by direction against the float32 eager output
+    "float16": {"max_abs": None, "min_cosine": 0.999},
+    "int8": {"max_abs": None, "min_cosine": 0.99},
+}
+EXAMPLE_BATCH = 3  # the grid's batches are 1, 2 and 5, so no grid shape equals the example's
+LONGEST_GRID_SEQUENCE = 512  # cap for huge position tables; keeps the gate to seconds
+PADDINGS = ("none", "right", "left", "random+empty")
+
+Named = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Case:
+    batch: int
+    sequence: int
+    padding: str
+
+
+def example_shape(cfg: EncoderConfig) -> tuple[int, int]:
+    """Shape traced by the exporter: dims >= 2, as torch.export specialises 0 and 1."""
+    return EXAMPLE_BATCH, min(cfg.max_positions, 7)
+
+
+def grid(cfg: EncoderConfig) -> list[Case]:
+    """Sequences 1, 2, an odd length, a mid length and max_positions (capped)."""
+    longest = min(cfg.max_positions, LONGEST_GRID_SEQUENCE)
+    odd = min(13, longest) if min(13, longest) % 2 else min(13, longest) - 1
+    sequences = sorted({1, 2, max(odd, 1), max(longest // 2, 1), longest} - {0})
+    cases = []
+    for n in sequences:
+        if n > cfg.max_positions:
+            continue
+        cases += [Case(1, n, "none"), Case(2, n, "right"), Case(2, n, "left"),
+                  Case(5 if n <= 128 else 2, n, "random+empty")]
+    return cases
+
+
+def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray:
+    """int64 (B, N) mask, 1 = keep; every row keeps >= 1 token except the 'empty' row."""
+    b, n = case.batch, case.sequence
+    lengths = rng.integers(1, n + 1, size=b)
+    positions = np.arange(n)[None, :]
+    if case.padding == "none":
+        return np.ones((b, n), np.int64)
+    if case.padding == "right":
+        return (positions < lengths[:, None]).astype(np.int64)
+    if case.padding == "left":
+        return (positions >= n - lengths[:, None]).astype(np.int64)
+    mask = (rng.random((b, n)) < 0.6).astype(np.int64)
+    mask[np.arange(b), rng.integers(0, n, size=b)] = 1  # at least one kept token per row
+    mask[-1] = 0  # one fully padded row
+    return mask
+
+
+def make_inputs(cfg: EncoderConfig, case: Case, rng: np.random.Generator) -> Named:
+    b, n = case.batch, case.sequence
+    if cfg.takes_ids:
+        inputs = {contract.INPUT_IDS: rng.integers(0, cfg.vocab_size, size=(b, n), dtype=np.int64)}
+    else:
+        inputs = {contract.INPUTS_EMBEDS: rng.standard_normal((b, n, cfg.hidden_size)).astype(np.float32)}
+    inputs[contract.ATTENTION_MASK] = make_mask(case, rng)
+    if cfg.type_vocab_size:
+        inputs[contract.TOKEN_TYPE_IDS] = rng.integers(0, cfg.type_vocab_size, size=(b, n), dtype=np.int64)
+    return inputs
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> dict:
+    """Metrics over kept tokens (3-D outputs) or rows with a kept token (2-D)."""
+    if not np.isfinite(got).all():
+        return {"max_abs": float("inf"), "max_rel": float("inf"), "min_cosine": -1.0, "finite": False}
+    keep = mask.astype(bool) if got.ndim == 3 else mask.astype(bool).any(axis=1)
+    got_v, want_v = got[keep].astype(np.float64), want[keep].astype(np.float64)  # (M, F)
+    if got_v.size == 0:
+        return {"max_abs": 0.0, "max_rel": 0.0, "min_cosine": 1.0, "finite": True}
+    max_abs = float(np.abs(got_v - want_v).max())
+    scale = float(np.abs(want_v).max())
+    dot = (got_v * want_v).sum(axis=1)
+    norms = np.linalg.norm(got_v, axis=1) * np.linalg.norm(want_v, axis=1)
+    cosine = np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0), 1.0)
+    return {"max_abs": max_abs, "max_rel": max_abs / scale if scale else max_abs,
+            "min_cosine": float(cosine.min()), "finite": True}
+
+
+def _passes(metrics: dict, gate: dict) -> bool:
+    if not metrics["finite"]:
+        return False
+    if gate["max_abs"] is not None and metrics["max_abs"] > gate["max_abs"]:
+        return False
+    return metrics["min_cosine"] >= gate["min_cosine"]
+
+
+def run_parity(session, eager: Callable[[Named], Named], cfg: EncoderConfig,
+               dtype: str = "float32", seed: int = 0) -> dict:
+    """Run every grid case through ``session`` (onnxruntime) and ``eager``; return the report."""
+    gate = GATES[dtype]
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    cases, worst = [], {}
+    for case in grid(cfg):
+        inputs = make_inputs(cfg, case, rng)
+        names = [o.name for o in session.get_outputs()]
+        got = dict(zip(names, session.run(names, inputs)))
+        want = eager(inputs)
+        outputs = {}
+        for name in contract.output_names(cfg):
+            m = compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
+            m["passed"] = _passes(m, gate)
+            outputs[name] = m
+            w = worst.setdefault(name, {"max_abs": 0.0, "max_rel": 0.0, "min_cosine": 1.0, "finite": True})
+            w["max_abs"] = max(w["max_abs"], m["max_abs"])
+            w["max_rel"] = max(w["max_rel"], m["max_rel"])
+            w["min_cosine"] = min(w["min_cosine"], m["min_cosine"])
+            w["finite"] = w["finite"] and m["finite"]
+        cases.append({**asdict(case), "outputs": outputs})
+    for metrics in worst.values():
+        metrics["passed"] = _passes(metrics, gate)
+    return {
+        "dtype": dtype,
+        "gate": gate,
+        "provider": session.get_providers()[0],
+        "export_example": list(example_shape(cfg)),
+        "cases": cases,
+        "worst": worst,
+        "passed": all(m["passed"] for m in worst.values()),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def failed_cases(report: dict) -> list[str]:
+    """One line per failed (case, output): what a ParityError message shows."""
+    lines = []
+    for case in report["cases"]:
+        for name, m in case["outputs"].items():
+            if not m["passed"]:
+                lines.append(f"batch={case['batch']} sequence={case['sequence']} padding={case['padding']} "
+                             f"{name}: max_abs={m['max_abs']:.3g} min_cosine={m['min_cosine']:.6f}")
+    return lines
+
+
+def summary_line(report: dict) -> str:
+    parts = [f"{name} max_abs={m['max_abs']:.2e} max_rel={m['max_rel']:.2e} min_cos={m['min_cosine']:.6f}"
+             for name, m in report["worst"].items()]
+    verdict = "PASS" if report["passed"] else "FAIL"
+    return f"{verdict} over {len(report['cases'])} cases ({report['dtype']} gate): " + "; ".join(parts)

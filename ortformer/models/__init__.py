@@ -1,0 +1,10 @@
+"""Torch encoders built from an EncoderConfig. Importing this needs torch."""
+from ..errors import require_torch
+
+require_torch("ortformer.models")
+
+from .attention import KERNELS, MultiHeadAttention, get_kernel  # noqa: E402
+from .encoder import Block, Encoder, build_encoder, pool  # noqa: E402
+from .layers import RMSNorm, sinusoid_table  # noqa: E402
+
+__all__ = ["KERNELS", "MultiHeadAttention", "get_kernel", "Block", "Encoder", "build_encoder", "pool", "RMSNorm", "sinusoid_table"]

@@ -1,0 +1,119 @@
+"""Attention kernels and multi-head attention.
+
+Every kernel maps ``(q, k, v, key_mask, eps) -> out`` with q, k, v of shape
+(B, H, N, D) and key_mask a bool (B, N), True = keep. All of them read as the
+row-wise weighted average ``A(X_i) = sum_j sim(Q_i, K_j) V_j / sum_j sim(Q_i, K_j)``
+with a different similarity; padded keys never contribute, and a row whose keys
+are all padding gives zeros, never NaN.
+
+Sequence reductions run in float32 even in a float16 model (``_f32``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    # a Python-level branch, so float32 graphs carry no Cast nodes
+    return x if x.dtype == torch.float32 else x.float()
+
+
+def softmax_attention(q, k, v, key_mask, eps):
+    """softmax(Q K^T / sqrt(D) + mask) V.  O(N^2) time and memory.
+
+    mask is 0 for kept keys and the dtype's lowest value for padded ones;
+    rows with no kept key are set to zero afterwards.
+    """
+    bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device)
+    bias = bias.masked_fill(~key_mask, torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, N)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
+    any_kept = key_mask.any(dim=1)[:, None, None, None]
+    return torch.where(any_kept, out, torch.zeros_like(out))
+
+
+def linear_attention(q, k, v, key_mask, eps):
+    """phi(Q) (phi(K)^T V) / (phi(Q) sum_j phi(K_j)^T + eps), phi = elu + 1.
+
+    Katharopoulos et al. 2020. Padded keys are zeroed after phi. O(N D^2).
+    """
+    keep = key_mask[:, None, :, None].to(q.dtype)  # (B, 1, N, 1)
+    phi_q = _f32(F.elu(q) + 1)
+    phi_k = _f32(F.elu(k) + 1) * keep
+    kv = phi_k.transpose(-2, -1) @ _f32(v)  # (B, H, D, D)
+    k_sum = phi_k.sum(dim=2, keepdim=True)  # (B, H, 1, D)
+    numerator = phi_q @ kv  # (B, H, N, D)
+    denominator = (phi_q * k_sum).sum(dim=-1, keepdim=True) + eps  # (B, H, N, 1)
+    return (numerator / denominator).to(q.dtype)
+
+
+def efficient_attention(q, k, v, key_mask, eps):
+    """softmax_D(Q) (softmax_N(K)^T V).  Shen et al., "Efficient Attention".
+
+    softmax over features for each query, over kept positions for each key
+    feature; padded keys get zero weight. O(N D^2).
+    """
+    keep = key_mask[:, None, :, None]  # (B, 1, N, 1)
+    q_soft = _f32(q).softmax(dim=-1)
+    k_scores = _f32(k).masked_fill(~keep, torch.finfo(torch.float32).min)
+    k_soft = k_scores.softmax(dim=2) * keep  # zero when every key is padding
+    context = k_soft.transpose(-2, -1) @ _f32(v)  # (B, H, D, D)
+    return (q_soft @ context).to(q.dtype)
+
+
+def cosine_attention(q, k, v, key_mask, eps):
+    """sum_j (1 + q̂·k̂_j) v_j / sum_j (1 + q̂·k̂_j) with l2-normalised q̂, k̂.
+
+    The similarity is >= 0, and factors as
+    (sum_j v_j + q̂ (K̂^T V)) / (n_kept + q̂ sum_j k̂_j), so it costs O(N D^2).
+    """
+    keep = key_mask[:, None, :, None].to(torch.float32)  # (B, 1, N, 1)
+    q_hat = F.normalize(_f32(q), dim=-1)
+    k_hat = F.normalize(_f32(k), dim=-1) * keep
+    v_kept = _f32(v) * keep
+    kv = k_hat.transpose(-2, -1) @ v_kept  # (B, H, D, D)
+    numerator = v_kept.sum(dim=2, keepdim=True) + q_hat @ kv  # (B, H, N, D)
+    n_kept = keep.sum(dim=2, keepdim=True)  # (B, 1, 1, 1)
+    denominator = n_kept + q_hat @ k_hat.sum(dim=2).unsqueeze(-1) + eps  # (B, H, N, 1)
+    return (numerator / denominator).to(q.dtype)
+
+
+KERNELS: dict[str, Kernel] = {
+    "softmax": softmax_attention,
+    "linear": linear_attention,
+    "efficient": efficient_attention,
+    "cosine": cosine_attention,
+}
+
+
+def get_kernel(name: str) -> Kernel:
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise ConfigError(f"attention={name!r} is not valid; choose one of {', '.join(KERNELS)}") from None
+
+
+class MultiHeadAttention(nn.Module):
+    """One fused QKV projection, a kernel per head, and an output projection."""
+
+    def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float):
+        super().__init__()
+        self.num_heads = num_heads
+        self.eps = eps
+        self.kernel = get_kernel(kernel)
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        b, n, f = x.shape
+        qkv = self.qkv(x).view(b, n, 3, self.num_heads, f // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
+        heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
+        return self.out(heads.transpose(1, 2).reshape(b, n, f))
