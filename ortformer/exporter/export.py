@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -96,7 +97,9 @@ def _trace_to_onnx(model: Encoder, opset: int) -> onnx.ModelProto:
     level = onnx_logger.level
     onnx_logger.setLevel(logging.ERROR)  # torchvision-missing notes are noise here
     try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
+            # the exporter warns about merged axis names and deprecations; not the user's concern
+            warnings.simplefilter("ignore")
             program = torch.onnx.export(
                 model, args, input_names=names, output_names=contract.output_names(cfg),
                 opset_version=opset, dynamo=True, dynamic_shapes=dynamic, external_data=False,

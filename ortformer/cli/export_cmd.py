@@ -1,0 +1,130 @@
+"""`ortformer export` and `ortformer check`: thin wrappers over ortformer.exporter.
+
+torch is imported inside the commands, so `ortformer infer` works without it.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from .. import contract
+from ..config import ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITIONS, PRESETS, EncoderConfig, preset
+from ..errors import ConfigError
+from .common import echo_json
+
+# CLI flag -> EncoderConfig field, for the explicit-architecture flags
+FLAG_FIELDS = {
+    "attention": "attention", "norm": "norm", "norm_position": "norm_position", "activation": "activation",
+    "positions": "positions", "layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
+    "ffn": "ffn_size", "vocab": "vocab_size", "max_positions": "max_positions",
+    "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
+}
+
+
+def config_from_options(preset_name: str | None, config_file: str | None, flags: dict) -> EncoderConfig:
+    """Preset (or config JSON) first, then every explicit flag on top."""
+    if preset_name and config_file:
+        raise ConfigError("give either --preset or --config, not both")
+    if config_file:
+        try:
+            text = Path(config_file).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+        cfg = EncoderConfig.from_json(text)
+    else:
+        cfg = preset(preset_name or DEFAULT_PRESET)
+    changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
+    return cfg.replace(**changes) if changes else cfg
+
+
+def _shape_text(shapes: dict) -> str:
+    return ", ".join(f"{name} [{', '.join(map(str, dims))}]" for name, dims in shapes.items())
+
+
+def _human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"
+
+
+def architecture_options(func):
+    """The explicit-architecture flags shared by commands that build a model."""
+    options = [
+        click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS)), help=f"Start from a preset (default {DEFAULT_PRESET})."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Start from a config JSON file."),
+        click.option("--attention", type=click.Choice(ATTENTION_KINDS)),
+        click.option("--norm", type=click.Choice(NORMS)),
+        click.option("--norm-position", type=click.Choice(NORM_POSITIONS)),
+        click.option("--activation", type=click.Choice(ACTIVATIONS)),
+        click.option("--positions", type=click.Choice(POSITIONS)),
+        click.option("--layers", type=click.IntRange(min=1)),
+        click.option("--hidden", type=click.IntRange(min=1), help="Hidden size F."),
+        click.option("--heads", type=click.IntRange(min=1)),
+        click.option("--ffn", type=click.IntRange(min=1), help="Feed-forward inner size."),
+        click.option("--vocab", type=click.IntRange(min=0), help="Vocabulary size; 0 = float-feature input."),
+        click.option("--max-positions", type=click.IntRange(min=1)),
+        click.option("--type-vocab", type=click.IntRange(min=0), help="Segment (token type) vocabulary; 0 = none."),
+        click.option("--pooling", type=click.Choice(POOLINGS)),
+        click.option("--normalize/--no-normalize", default=None, help="l2-normalise the sentence embedding."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("export")
+@architecture_options
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Destination .onnx file.")
+@click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+@click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
+@click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
+def export_command(preset_name, config_file, seed, output, opset, force, no_parity, keep_failed, as_json, **flags):
+    """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
+
+    \b
+    Examples:
+      ortformer export --preset tiny -o tiny.onnx
+      ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
+      ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
+    """
+    from ..errors import require_torch
+
+    cfg = config_from_options(preset_name, config_file, flags)
+    require_torch("ortformer export")
+    from ..exporter import DEFAULT_OPSET, export, summary_line
+
+    steps = iter(range(1, 100))
+
+    def progress(message: str) -> None:
+        if not as_json and message != "done":
+            click.echo(f"[{next(steps)}/4] {message} ...", err=True)
+
+    result = export(cfg, output, opset=opset or DEFAULT_OPSET, seed=seed, parity=not no_parity,
+                    force=force, keep_failed=keep_failed, progress=progress)
+    summary = {
+        "path": str(result.path), "files": [str(f) for f in result.files], "size_bytes": result.size_bytes,
+        "parameters": result.parameters, "seconds": round(result.seconds, 2), "source": result.source,
+        "inputs": contract.input_shapes(cfg), "outputs": contract.output_shapes(cfg),
+        "config": cfg.to_dict(), "parity": result.report,
+    }
+    if as_json:
+        echo_json(summary)
+        return
+    click.echo(f"wrote {result.path} ({_human_size(result.size_bytes)}, {result.parameters:,} parameters, "
+               f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size})")
+    click.echo(f"  inputs:  {_shape_text(summary['inputs'])}")
+    click.echo(f"  outputs: {_shape_text(summary['outputs'])}")
+    parity_text = "skipped (--no-parity)" if result.report.get("skipped") else summary_line(result.report)
+    click.echo(f"  parity:  {parity_text}")
+    click.echo(f"  time:    {result.seconds:.1f} s")
+
+
+COMMANDS = [export_command]

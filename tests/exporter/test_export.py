@@ -1,0 +1,150 @@
+"""Export -> checker -> ONNX Runtime at shapes unlike the export example -> gate."""
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from ortformer import contract
+from ortformer.config import preset
+from ortformer.errors import ConfigError, ExportError, ParityError
+from ortformer.exporter import export, grid
+from ortformer.exporter.parity import example_shape
+from ortformer.models import build_encoder
+
+# a covering set: every attention kind, both norms and norm positions, every
+# position kind, token and float-feature input, every pooling
+COVERING = [
+    dict(attention="softmax", norm="layernorm", norm_position="post", positions="learned"),
+    dict(attention="linear", norm="rmsnorm", norm_position="pre", positions="sinusoidal", activation="relu"),
+    dict(attention="efficient", norm="layernorm", norm_position="pre", positions="none", pooling="cls"),
+    dict(attention="cosine", norm="rmsnorm", norm_position="post", positions="learned", pooling="none"),
+    dict(attention="linear", vocab_size=0, type_vocab_size=0, positions="learned", normalize_embeddings=True),
+    dict(attention="softmax", vocab_size=0, type_vocab_size=0, norm="rmsnorm", positions="sinusoidal", pooling="none"),
+]
+
+
+def dims(value):
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("overrides", COVERING, ids=lambda c: "-".join(map(str, c.values())))
+def test_export_is_dynamic_checked_and_passes_the_gate(overrides, tmp_path):
+    cfg = preset("tiny", **overrides)
+    path = tmp_path / "m.onnx"
+    result = export(cfg, path, seed=3)
+    assert result.files == [path] and path.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no staging leftovers
+    model = onnx.load(str(path))
+    onnx.checker.check_model(str(path), full_check=True)
+    # every input axis is symbolic, named per the contract
+    for value in model.graph.input:
+        assert dims(value)[:2] == ["batch", "sequence"], value.name
+    assert [v.name for v in model.graph.input] == contract.input_names(cfg)
+    assert [v.name for v in model.graph.output] == contract.output_names(cfg)
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert set(contract.REQUIRED_META) <= set(meta)
+    assert meta[contract.META_FORMAT] == contract.FORMAT
+    assert meta[contract.META_SOURCE] == "random-init:seed=3"
+    assert json.loads(meta[contract.META_CONFIG]) == cfg.to_dict()
+    report = json.loads(meta[contract.META_PARITY])
+    assert report["passed"] and report == result.report
+    # the grid covered what the issue asks, none of it at the example shape
+    shapes = {(c["batch"], c["sequence"]) for c in report["cases"]}
+    assert {1, 2, 5} == {b for b, _ in shapes} and {1, 2, cfg.max_positions} <= {n for _, n in shapes}
+    assert example_shape(cfg) not in shapes
+    assert {c["padding"] for c in report["cases"]} == {"none", "right", "left", "random+empty"}
+    for case in report["cases"]:
+        for m in case["outputs"].values():
+            assert m["max_abs"] <= 1e-4 and m["min_cosine"] >= 0.99999
+
+
+def test_ort_matches_eager_on_fresh_shapes_independently(tmp_path):
+    """Not trusting the report: run ORT ourselves at shapes outside the grid too."""
+    cfg = preset("tiny", attention="cosine")
+    path = tmp_path / "m.onnx"
+    export(cfg, path, seed=1, parity=False)
+    model = build_encoder(cfg, seed=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(9)
+    for b, n in [(4, 3), (7, 64), (1, 33)]:
+        ids = rng.integers(0, cfg.vocab_size, (b, n))
+        mask = (rng.random((b, n)) < 0.8).astype(np.int64)
+        mask[:, 0] = 1
+        types = rng.integers(0, 2, (b, n))
+        got = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+        with torch.no_grad():
+            want = model(torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types))
+        np.testing.assert_allclose(got[0], want["last_hidden_state"].numpy(), rtol=0, atol=1e-4)
+        np.testing.assert_allclose(got[1], want["sentence_embedding"].numpy(), rtol=0, atol=1e-4)
+
+
+def test_perturbed_reference_fails_the_gate_and_leaves_no_file(tmp_path):
+    cfg = preset("tiny")
+    model = build_encoder(cfg, seed=0)
+    perturbed = build_encoder(cfg, seed=0)
+    with torch.no_grad():
+        perturbed.blocks[0].ffn.down.bias[0] += 0.05  # one feature: a uniform shift would vanish in LayerNorm
+    path = tmp_path / "m.onnx"
+    with pytest.raises(ParityError) as err:
+        export(model, path, reference=perturbed)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+    assert err.value.report["passed"] is False
+    assert "max_abs" in str(err.value)
+
+
+def test_failed_model_is_kept_only_under_keep_failed(tmp_path):
+    cfg = preset("tiny")
+    perturbed = build_encoder(cfg, seed=0)
+    with torch.no_grad():
+        perturbed.norm.bias[:4] += 1.0
+    kept = tmp_path / "failed.onnx"
+    with pytest.raises(ParityError, match="kept at"):
+        export(build_encoder(cfg, seed=0), tmp_path / "m.onnx", reference=perturbed, keep_failed=kept)
+    assert not (tmp_path / "m.onnx").exists()
+    onnx.checker.check_model(str(kept))
+
+
+def test_existing_file_needs_force(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"old model")
+    with pytest.raises(ExportError, match="already exists.*force"):
+        export(preset("tiny"), path, parity=False)
+    assert path.read_bytes() == b"old model"
+    export(preset("tiny"), path, parity=False, force=True)
+    assert onnx.load(str(path)).graph.input[0].name == "input_ids"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(opset=12), "opset 12 is not supported"),
+    (dict(dtype="bfloat16"), "dtype 'bfloat16' is not supported"),
+])
+def test_bad_options_are_export_errors(kwargs, message, tmp_path):
+    with pytest.raises(ExportError, match=message):
+        export(preset("tiny"), tmp_path / "m.onnx", **kwargs)
+
+
+def test_bad_destinations(tmp_path):
+    with pytest.raises(ExportError, match="must end in .onnx"):
+        export(preset("tiny"), tmp_path / "m.bin")
+    with pytest.raises(ExportError, match="does not exist"):
+        export(preset("tiny"), tmp_path / "missing" / "m.onnx")
+    with pytest.raises(ExportError, match="EncoderConfig or an ortformer Encoder"):
+        export(torch.nn.Linear(2, 2), tmp_path / "m.onnx")
+    with pytest.raises(ExportError, match="max_positions must be >= 2"):
+        export(preset("tiny", max_positions=1), tmp_path / "m.onnx")
+
+
+def test_grid_is_capped_for_huge_position_tables():
+    cases = grid(preset("bert-base").replace(max_positions=4096))
+    assert max(c.sequence for c in cases) == 512
+    assert all(c.batch * c.sequence <= 1024 for c in cases)
+
+
+def test_export_records_a_weights_digest_for_modules(tmp_path):
+    cfg = preset("tiny")
+    a = export(build_encoder(cfg, seed=1), tmp_path / "a.onnx", parity=False)
+    b = export(build_encoder(cfg, seed=2), tmp_path / "b.onnx", parity=False)
+    assert a.source.startswith("weights-sha256:") and a.source != b.source

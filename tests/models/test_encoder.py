@@ -1,0 +1,166 @@
+"""Encoder-level properties that every variant must have."""
+import pytest
+import torch
+
+from ortformer.config import ATTENTION_KINDS, preset
+from ortformer.cost import parameter_breakdown, parameter_count
+from ortformer.models import build_encoder
+
+
+def variants():
+    """A covering set: every attention kind meets every norm, norm position,
+    activation, position kind and input kind at least once."""
+    combos = []
+    for i in range(24):
+        vocab = [100, 0][(i // 3) % 2]
+        combos.append(dict(
+            attention=ATTENTION_KINDS[i % 4], norm_position=["post", "pre"][(i // 4) % 2],
+            norm=["layernorm", "rmsnorm"][(i // 8 + i) % 2], activation=["gelu", "relu"][(i // 2) % 2],
+            positions=["learned", "sinusoidal", "none"][i % 3], vocab_size=vocab,
+            type_vocab_size=2 if vocab else 0, pooling=["mean", "cls", "none"][(i // 4) % 3],
+        ))
+    return combos
+
+
+VARIANTS = variants()
+IDS = ["-".join(str(v) for v in c.values()) for c in VARIANTS]
+
+
+def make_inputs(cfg, b, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if cfg.takes_ids:
+        return torch.randint(0, cfg.vocab_size, (b, n), generator=g)
+    return torch.randn(b, n, cfg.hidden_size, generator=g)
+
+
+def forward(model, x, mask, types=None):
+    cfg = model.config
+    args = (x, mask) + ((types if types is not None else torch.zeros(mask.shape, dtype=torch.long),) if cfg.type_vocab_size else ())
+    with torch.no_grad():
+        return model(*args)
+
+
+def test_covering_set_covers_every_option():
+    seen = {key: {c[key] for c in VARIANTS} for key in VARIANTS[0]}
+    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none"}
+    assert seen["norm_position"] == {"post", "pre"} and seen["vocab_size"] == {100, 0}
+    for attention in ATTENTION_KINDS:
+        assert {c["norm_position"] for c in VARIANTS if c["attention"] == attention} == {"post", "pre"}
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
+def test_padding_invariance_right_and_left(overrides):
+    cfg = preset("tiny", **overrides)
+    model = build_encoder(cfg, seed=1)
+    n, total = 5, 9
+    x = make_inputs(cfg, 1, n, seed=2)
+    alone = forward(model, x, torch.ones(1, n, dtype=torch.long))
+    filler = make_inputs(cfg, 1, total - n, seed=3)
+    for side in ("right", "left"):
+        padded_x = torch.cat([x, filler], 1) if side == "right" else torch.cat([filler, x], 1)
+        mask = torch.zeros(2, total, dtype=torch.long)
+        keep = slice(0, n) if side == "right" else slice(total - n, total)
+        mask[0, keep] = 1
+        mask[1, :] = 1  # a neighbour row of full length shares the batch
+        batch_x = torch.cat([padded_x, make_inputs(cfg, 1, total, seed=4)], 0)
+        # positions count from the first column, so left padding shifts positions:
+        # invariance to left padding holds only without position information
+        if side == "left" and cfg.positions != "none":
+            continue
+        out = forward(model, batch_x, mask)
+        torch.testing.assert_close(out["last_hidden_state"][0, keep], alone["last_hidden_state"][0], rtol=0, atol=1e-5)
+        if "sentence_embedding" in out and cfg.pooling == "mean":
+            torch.testing.assert_close(out["sentence_embedding"][0], alone["sentence_embedding"][0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS[::3], ids=IDS[::3])
+def test_fully_padded_row_is_finite(overrides):
+    cfg = preset("tiny", **overrides)
+    model = build_encoder(cfg)
+    mask = torch.ones(3, 6, dtype=torch.long)
+    mask[1] = 0
+    out = forward(model, make_inputs(cfg, 3, 6), mask)
+    assert all(torch.isfinite(v).all() for v in out.values())
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_permutation_equivariance_without_positions(attention):
+    cfg = preset("tiny", attention=attention, positions="none", pooling="mean")
+    model = build_encoder(cfg)
+    x = make_inputs(cfg, 2, 7)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    perm = torch.randperm(7, generator=torch.Generator().manual_seed(0))
+    out = forward(model, x, mask)
+    permuted = forward(model, x[:, perm], mask[:, perm])
+    torch.testing.assert_close(permuted["last_hidden_state"], out["last_hidden_state"][:, perm], rtol=0, atol=1e-5)
+    torch.testing.assert_close(permuted["sentence_embedding"], out["sentence_embedding"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_padded_token_ids_do_not_change_kept_outputs(attention):
+    cfg = preset("tiny", attention=attention)
+    model = build_encoder(cfg)
+    x = make_inputs(cfg, 2, 8)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[:, 5:] = 0
+    y = x.clone()
+    y[:, 5:] = (y[:, 5:] + 17) % cfg.vocab_size
+    a, b = forward(model, x, mask), forward(model, y, mask)
+    torch.testing.assert_close(a["last_hidden_state"][:, :5], b["last_hidden_state"][:, :5], rtol=0, atol=1e-6)
+    torch.testing.assert_close(a["sentence_embedding"], b["sentence_embedding"], rtol=0, atol=1e-6)
+
+
+def test_positions_matter_when_present():
+    cfg = preset("tiny", positions="sinusoidal")
+    model = build_encoder(cfg)
+    x = make_inputs(cfg, 1, 6)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    out = forward(model, x, mask)["last_hidden_state"]
+    flipped = forward(model, x.flip(1), mask)["last_hidden_state"].flip(1)
+    assert (out - flipped).abs().max() > 1e-3
+
+
+def test_outputs_and_shapes_follow_pooling():
+    cfg = preset("tiny", pooling="cls", normalize_embeddings=True)
+    out = forward(build_encoder(cfg), make_inputs(cfg, 4, 5), torch.ones(4, 5, dtype=torch.long))
+    assert out["last_hidden_state"].shape == (4, 5, cfg.hidden_size)
+    assert out["sentence_embedding"].shape == (4, cfg.hidden_size)
+    torch.testing.assert_close(out["sentence_embedding"].norm(dim=-1), torch.ones(4))
+    torch.testing.assert_close(out["sentence_embedding"], torch.nn.functional.normalize(out["last_hidden_state"][:, 0], dim=-1))
+    cfg = preset("tiny", pooling="none")
+    assert set(forward(build_encoder(cfg), make_inputs(cfg, 1, 3), torch.ones(1, 3, dtype=torch.long))) == {"last_hidden_state"}
+
+
+def test_seed_makes_weights_reproducible():
+    cfg = preset("tiny")
+    a, b, c = build_encoder(cfg, seed=5), build_encoder(cfg, seed=5), build_encoder(cfg, seed=6)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+
+
+@pytest.mark.parametrize("overrides", VARIANTS[:8], ids=IDS[:8])
+def test_parameter_count_matches_the_module(overrides):
+    cfg = preset("tiny", **overrides)
+    assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
+
+
+@pytest.mark.parametrize("name", ["bert-base", "small"])
+def test_preset_parameter_count_matches_module(name):
+    cfg = preset(name)
+    with torch.device("meta"):  # no memory, just shapes
+        from ortformer.models import Encoder
+
+        model = Encoder(cfg)
+    assert parameter_count(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_bert_preset_sizes_by_hand():
+    # BERT without its pooler dense layer (F^2 + F = 0.59M): 108.9M and 334.1M
+    F, V, P, T, L, I = 768, 30522, 512, 2, 12, 3072
+    per_layer = 4 * F * F + 4 * F + 2 * F * I + I + F + 2 * 2 * F
+    assert parameter_count(preset("bert-base")) == V * F + P * F + T * F + 2 * F + L * per_layer
+    assert 108e6 < parameter_count(preset("bert-base")) < 111e6
+    assert 333e6 < parameter_count(preset("bert-large")) < 336e6
+    parts = parameter_breakdown(preset("bert-base"))
+    assert parts["attention_weights"] == L * 4 * F * F and parts["ffn_weights"] == L * 2 * F * I

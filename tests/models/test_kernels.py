@@ -1,0 +1,109 @@
+"""Each attention kernel against a naive reference written from its formula,
+row by row: A(X_i) = sum_j sim(Q_i, K_j) V_j / sum_j sim(Q_i, K_j)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ortformer.models.attention import KERNELS, get_kernel
+from ortformer.errors import ConfigError
+
+EPS = 1e-6
+
+
+def _sim(kind, q_i, k_j, k_all_kept):
+    if kind == "softmax":
+        return torch.exp(q_i @ k_j / q_i.shape[-1] ** 0.5)
+    if kind == "linear":
+        return (F.elu(q_i) + 1) @ (F.elu(k_j) + 1)
+    if kind == "cosine":
+        return 1 + F.normalize(q_i, dim=-1) @ F.normalize(k_j, dim=-1)
+    raise AssertionError(kind)
+
+
+def naive(kind, q, k, v, mask):
+    """Loops over batch, head and query row; float64 throughout."""
+    q, k, v = q.double(), k.double(), v.double()
+    b, h, n, d = q.shape
+    out = torch.zeros_like(q)
+    for bi in range(b):
+        kept = [j for j in range(n) if mask[bi, j]]
+        for hi in range(h):
+            if kind == "efficient":
+                # weights over positions per feature, from the kept keys only
+                if not kept:
+                    continue
+                k_soft = torch.softmax(k[bi, hi, kept], dim=0)  # (M, D)
+                for i in range(n):
+                    q_soft = torch.softmax(q[bi, hi, i], dim=-1)
+                    out[bi, hi, i] = sum((q_soft @ k_soft[m]) * v[bi, hi, j] for m, j in enumerate(kept))
+                continue
+            for i in range(n):
+                if not kept:
+                    continue
+                sims = [_sim(kind, q[bi, hi, i], k[bi, hi, j], kept) for j in kept]
+                num = sum(s * v[bi, hi, j] for s, j in zip(sims, kept))
+                den = sum(sims) + (0 if kind == "softmax" else EPS)
+                out[bi, hi, i] = num / den
+    return out
+
+
+def random_qkv(seed, b=3, h=2, n=6, d=4):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
+    mask = torch.rand(b, n, generator=g) < 0.7
+    mask[:, 0] = True
+    mask[-1] = False  # one fully padded row
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kernel_matches_row_by_row_formula(kind, seed):
+    q, k, v, mask = random_qkv(seed)
+    got = get_kernel(kind)(q, k, v, mask, EPS)
+    want = naive(kind, q, k, v, mask).float()
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_softmax_matches_torch_sdpa_with_boolean_mask():
+    q, k, v, mask = random_qkv(7)
+    mask[-1, 2] = True  # sdpa gives NaN for an all-False row; compare rows with keys
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+    got = get_kernel("softmax")(q, k, v, mask, EPS)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+def test_fully_padded_row_gives_zeros(kind):
+    q, k, v, mask = random_qkv(3)
+    out = get_kernel(kind)(q, k, v, mask, EPS)
+    assert torch.equal(out[-1], torch.zeros_like(out[-1]))
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+def test_padded_keys_do_not_matter(kind):
+    q, k, v, mask = random_qkv(4)
+    k2, v2 = k.clone(), v.clone()
+    k2[~mask[:, None, :, None].expand_as(k)] = 1e3  # garbage in padded keys
+    v2[~mask[:, None, :, None].expand_as(v)] = -1e3
+    a = get_kernel(kind)(q, k, v, mask, EPS)
+    b = get_kernel(kind)(q, k2, v2, mask, EPS)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["linear", "efficient", "cosine"])
+def test_float16_inputs_reduce_in_float32_and_stay_finite(kind):
+    q, k, v, mask = random_qkv(5, n=300)
+    # 300 keys x values ~ 1e2 overflow a float16 sum (max 65504) unless reduced in float32
+    q, k, v = q * 4, k * 4, v * 100
+    out = get_kernel(kind)(q.half(), k.half(), v.half(), mask, EPS)
+    assert out.dtype == torch.float16
+    assert torch.isfinite(out).all()
+    want = get_kernel(kind)(q.half().float(), k.half().float(), v.half().float(), mask, EPS)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=0.1)
+
+
+def test_unknown_kernel_is_a_config_error():
+    with pytest.raises(ConfigError, match="softmax, linear, efficient, cosine"):
+        get_kernel("flash")

@@ -1,0 +1,91 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ortformer.config import PRESETS, EncoderConfig, field_names, preset
+from ortformer.cost import flops_per_sequence, total_flops
+from ortformer.errors import ConfigError
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_json_round_trip(name):
+    cfg = PRESETS[name]
+    assert EncoderConfig.from_json(cfg.to_json()) == cfg
+    assert json.loads(cfg.to_json())["format"] == 1
+
+
+def test_every_field_has_a_reason_comment():
+    import inspect
+
+    source = inspect.getsource(EncoderConfig)
+    for name in field_names():
+        line = next(i for i, l in enumerate(source.splitlines()) if l.strip().startswith(f"{name}:"))
+        assert source.splitlines()[line - 1].strip().startswith("#"), name
+
+
+@pytest.mark.parametrize("changes, field, valid", [
+    ({"attention": "flash"}, "attention", "softmax, linear, efficient, cosine"),
+    ({"norm": "batchnorm"}, "norm", "layernorm, rmsnorm"),
+    ({"norm_position": "middle"}, "norm_position", "post, pre"),
+    ({"activation": "swish"}, "activation", "relu, gelu"),
+    ({"positions": "rotary"}, "positions", "learned, sinusoidal, none"),
+    ({"pooling": "max"}, "pooling", "none, mean, cls"),
+    ({"hidden_size": 30, "num_heads": 4}, "hidden_size=30", "divisible"),
+    ({"max_positions": 0}, "max_positions", ">= 1"),
+    ({"num_layers": 0}, "num_layers", ">= 1"),
+    ({"vocab_size": -1}, "vocab_size", ">= 0"),
+    ({"norm_eps": 0.0}, "norm_eps", "(0, 1)"),
+    ({"attention_eps": float("nan")}, "attention_eps", "(0, 1)"),
+    ({"num_layers": True}, "num_layers", "int"),
+    ({"hidden_size": "256"}, "hidden_size", "int"),
+    ({"normalize_embeddings": 1}, "normalize_embeddings", "bool"),
+    ({"positions": "sinusoidal", "hidden_size": 33, "num_heads": 3}, "sinusoidal", "even"),
+    ({"vocab_size": 0, "type_vocab_size": 2}, "type_vocab_size", "vocab_size > 0"),
+    ({"pooling": "none", "normalize_embeddings": True}, "normalize_embeddings", "pooling"),
+])
+def test_invalid_values_name_the_field_and_valid_choices(changes, field, valid):
+    with pytest.raises(ConfigError) as err:
+        preset("tiny").replace(**changes)
+    assert field in str(err.value) and valid in str(err.value)
+
+
+def test_from_json_rejects_unknown_keys_versions_and_non_objects():
+    data = json.loads(preset("tiny").to_json())
+    with pytest.raises(ConfigError, match="unknown config key.*'dropout'"):
+        EncoderConfig.from_dict({**data, "dropout": 0.1})
+    with pytest.raises(ConfigError, match="format 2 is not supported"):
+        EncoderConfig.from_dict({**data, "format": 2})
+    with pytest.raises(ConfigError, match="JSON object"):
+        EncoderConfig.from_json("[1, 2]")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        EncoderConfig.from_json("{nope")
+    with pytest.raises(ConfigError, match="unknown config field"):
+        preset("tiny").replace(layers=3)
+    with pytest.raises(ConfigError, match="unknown preset 'huge'.*tiny"):
+        preset("huge")
+
+
+def test_partial_json_takes_defaults_for_missing_fields():
+    cfg = EncoderConfig.from_json('{"hidden_size": 64, "num_heads": 2, "attention": "cosine"}')
+    assert (cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.num_layers) == (64, 2, "cosine", EncoderConfig().num_layers)
+
+
+def test_config_is_frozen():
+    with pytest.raises(Exception):
+        preset("tiny").hidden_size = 3
+
+
+def test_flops_are_quadratic_for_softmax_and_linear_for_the_linear_family():
+    soft, lin = preset("small"), preset("small", attention="linear")
+    n = 4096
+    assert flops_per_sequence(soft, 2 * n)["attention_core"] == 4 * flops_per_sequence(soft, n)["attention_core"]
+    assert flops_per_sequence(lin, 2 * n)["attention_core"] == 2 * flops_per_sequence(lin, n)["attention_core"]
+    assert total_flops(lin, 2 * n) == 2 * total_flops(lin, n)
+    assert total_flops(soft, n) > total_flops(lin, n)
+
+
+def test_config_and_cost_import_without_torch():
+    code = "import sys, ortformer, ortformer.config, ortformer.cost, ortformer.contract; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
