@@ -1,0 +1,94 @@
+"""Execution providers: what to ask onnxruntime for, and why CUDA did not load.
+
+`onnxruntime.get_available_providers()` lists the providers a build was compiled
+with: the onnxruntime-gpu wheel lists CUDA on a machine with no GPU, no driver or
+missing CUDA libraries. The only reliable test is to create a session and read
+`session.get_providers()`; this module builds the request and explains failures.
+"""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import onnxruntime as ort
+
+from ..errors import InputError, ProviderError
+
+PROVIDERS = ("auto", "cpu", "cuda")
+CPU_EP = "CPUExecutionProvider"
+CUDA_EP = "CUDAExecutionProvider"
+SHORT_NAMES = {CPU_EP: "cpu", CUDA_EP: "cuda"}
+
+# device ids on which CUDA failed to load in this process: "auto" skips them, so a
+# GPU build on a GPU-less machine tries (and logs the failure) once, not per Runtime.
+# Module state on purpose: missing CUDA libraries do not appear mid-process.
+_cuda_failed: set[int] = set()
+
+
+def check_request(provider: str, device_id: int, threads: int | None) -> None:
+    if provider not in PROVIDERS:
+        raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        raise ProviderError(f"device_id={device_id!r} must be a CUDA device index >= 0")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads={threads!r} must be a positive integer, or None for onnxruntime's default")
+
+
+def session_options(threads: int | None) -> ort.SessionOptions:
+    """Options that keep memory bounded when every call has a different (B, N).
+
+    - enable_mem_pattern=False: the memory-pattern planner caches one allocation plan
+      per distinct input shape, which grows without bound on free-form traffic.
+    - enable_cpu_mem_arena=False: the CPU arena keeps its peak forever (it only
+      grows); with it off, tensors come from malloc and large blocks go back to the
+      OS after each run. Costs a few percent on tiny inputs, nothing at bert-base scale.
+    The CUDA arena is bounded separately (see provider_list and Runtime._run_options).
+    """
+    options = ort.SessionOptions()
+    options.enable_mem_pattern = False
+    options.enable_cpu_mem_arena = False
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def provider_list(provider: str, device_id: int) -> list:
+    """The providers argument for InferenceSession; CPU is always last as the fallback."""
+    if provider == "cpu":
+        return [CPU_EP]
+    if provider == "auto" and (CUDA_EP not in ort.get_available_providers() or device_id in _cuda_failed):
+        # CUDA cannot load: skip the attempt (and onnxruntime's log noise)
+        return [CPU_EP]
+    # kSameAsRequested: grow the GPU arena by what a call needs, not the next power of two,
+    # so a stream of odd shapes does not double the reservation each time
+    cuda_options = {"device_id": str(device_id), "arena_extend_strategy": "kSameAsRequested"}
+    return [(CUDA_EP, cuda_options), CPU_EP]
+
+
+def remember_cuda_failure(device_id: int) -> None:
+    """Later "auto" requests for this device go straight to CPU."""
+    _cuda_failed.add(device_id)
+
+
+def cuda_failure_reason(device_id: int) -> str:
+    """Best explanation we can give for CUDA not loading (onnxruntime only logs it)."""
+    if CUDA_EP not in ort.get_available_providers():
+        return (
+            f"this onnxruntime build ({ort.__version__}, providers {ort.get_available_providers()}) has no CUDA "
+            "support; install onnxruntime-gpu"
+        )
+    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if library.exists():
+        try:
+            ctypes.CDLL(str(library))
+        except OSError as exc:  # names the missing dependency, e.g. libcublasLt.so.13
+            return f"the CUDA provider library cannot load: {exc} (CUDA/cuDNN libraries missing or mismatched)"
+    return (
+        f"the CUDA provider could not start on device_id={device_id}: no visible GPU, a driver too old "
+        "for this onnxruntime, or a device index out of range (onnxruntime's log on stderr has details)"
+    )
+
+
+def short_name(session: ort.InferenceSession) -> str:
+    """'cuda' or 'cpu': the provider that actually runs the graph (the first one listed)."""
+    return SHORT_NAMES.get(session.get_providers()[0], session.get_providers()[0])

@@ -1,0 +1,245 @@
+"""Runtime: one validated onnxruntime session for an ortformer model.
+
+Thread safety: onnxruntime's InferenceSession.run may be called from many threads
+at once. Everything a Runtime stores is set in __init__ and never changed; the
+per-call objects (validated feeds, IO bindings) are locals, so one Runtime can be
+shared by any number of threads.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from .. import contract
+from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
+from . import providers
+from .batching import length_batches, pad
+from .modelfile import read_model_file, tokenizer_path
+from .validate import InputSpec, as_array, check_inputs
+
+
+class ProviderFallbackWarning(RuntimeWarning):
+    """provider='cuda' with allow_fallback=True ran on the CPU instead."""
+
+
+class Runtime:
+    """Serve an ortformer ONNX model: `Runtime("model.onnx").run(input_ids=[[1, 2, 3]])`.
+
+    provider: "cpu", "cuda", or "auto" (CUDA when it really loads, else CPU, silently).
+    "cuda" that cannot load raises ProviderError, or with allow_fallback=True warns
+    (ProviderFallbackWarning) and runs on CPU; `provider` then says "cpu".
+    threads: intra-op threads (None = onnxruntime's default, one per core).
+    session_options: your own onnxruntime.SessionOptions, used as given (threads still
+    applied); by default memory stays bounded under varying shapes (providers.session_options).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        provider: str = "auto",
+        *,
+        device_id: int = 0,
+        threads: int | None = None,
+        allow_fallback: bool = False,
+        session_options: ort.SessionOptions | None = None,
+    ):
+        providers.check_request(provider, device_id, threads)
+        # every file check happens here, before onnxruntime opens (and follows) anything
+        self.model_file = read_model_file(path)
+        self.path: Path = self.model_file.path
+        self.config = self.model_file.config
+        self.metadata: dict[str, str] = dict(self.model_file.metadata)
+        self.parity: dict = self.model_file.parity
+        self.source: str = self.model_file.source
+
+        options = session_options if session_options is not None else providers.session_options(threads)
+        if session_options is not None and threads is not None:
+            options.intra_op_num_threads = threads
+        self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
+        self.provider: str = providers.short_name(self._session)
+        if provider != "cpu" and self.provider != "cuda":
+            providers.remember_cuda_failure(device_id)
+        if provider == "cuda" and self.provider != "cuda":
+            reason = cuda_error or providers.cuda_failure_reason(device_id)
+            if not allow_fallback:
+                raise ProviderError(
+                    f"provider 'cuda' was requested but onnxruntime runs {self._session.get_providers()}: {reason}. "
+                    "Use provider='cpu' or 'auto', or allow_fallback=True"
+                )
+            warnings.warn(f"CUDA is not usable ({reason}); running on CPU", ProviderFallbackWarning, stacklevel=2)
+        self.device_id: int | None = device_id if self.provider == "cuda" else None
+
+        self.input_names: list[str] = [i.name for i in self._session.get_inputs()]
+        self.output_names: list[str] = [o.name for o in self._session.get_outputs()]
+        embeds = {s.name: s.dtype for s in self.model_file.inputs}.get(contract.INPUTS_EMBEDS, "float32")
+        self._spec = InputSpec(self.config, tuple(self.input_names), np.dtype(embeds))
+        self._text_encoder = self._load_text_encoder()
+        self._run_options = ort.RunOptions()
+        if self.provider == "cuda":
+            # give arena chunks no longer in use back to the device after each run: with
+            # kSameAsRequested growth this bounds GPU memory by the largest live call
+            self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{device_id}")
+
+    def _open(self, options: ort.SessionOptions, wanted: list) -> tuple[ort.InferenceSession, str | None]:
+        """A session for `wanted` providers; if CUDA makes creation itself fail (rather than
+        being skipped), retry on CPU and return the CUDA error as the reason."""
+        try:
+            return ort.InferenceSession(str(self.path), options, providers=wanted), None
+        except Exception as exc:  # onnxruntime's exceptions share no base class but Exception
+            first = exc
+        if wanted != [providers.CPU_EP]:
+            try:
+                session = ort.InferenceSession(str(self.path), options, providers=[providers.CPU_EP])
+            except Exception:
+                pass
+            else:
+                return session, f"creating a CUDA session failed: {first}"
+        raise ModelFileError(f"{self.path}: onnxruntime cannot load the model: {first}") from None
+
+    def __repr__(self) -> str:
+        return f"Runtime({str(self.path)!r}, provider={self.provider!r}, model={self.config.name!r})"
+
+    @property
+    def pools(self) -> bool:
+        return contract.SENTENCE_EMBEDDING in self.output_names
+
+    @property
+    def main_input(self) -> str:
+        """input_ids, or inputs_embeds for a float-feature model (vocab_size = 0)."""
+        return self._spec.main
+
+    def tokenizer_path(self) -> Path | None:
+        """The tokenizer file named in the metadata, checked to lie in the model's folder."""
+        return tokenizer_path(self.model_file)
+
+    def _load_text_encoder(self):
+        """The tokenizer named in the metadata, or None (then embed_texts explains why)."""
+        path = self.tokenizer_path()
+        if path is None:
+            return None
+        from ..text import TextEncoder
+
+        try:
+            return TextEncoder(path)
+        except MissingExtraError:
+            return None  # the model still serves token ids; embed_texts raises the extra's name
+
+    @property
+    def text_max_length(self) -> int:
+        """Default truncation for text: the metadata's text_max_length, else max_positions."""
+        value = self.metadata.get(contract.META_TEXT_MAX_LENGTH, "")
+        return min(int(value), self.config.max_positions) if value.isdigit() else self.config.max_positions
+
+    def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
+                    max_length: int | None = None):
+        """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
+
+        Returns what ``embed`` returns: (n, F) sentence embeddings when the model pools.
+        max_length defaults to ``text_max_length``.
+        """
+        if self._text_encoder is None:
+            if self.tokenizer_path() is None:
+                raise InputError(f"{self.path} names no tokenizer ('{contract.META_TOKENIZER}' metadata); "
+                                 "export it with a tokenizer, or pass token ids to embed()")
+            from ..text import TextEncoder
+
+            TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
+        length = self.text_max_length if max_length is None else max_length
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= self.config.max_positions:
+            raise InputError(f"max_length={length!r} must be an int in [1, {self.config.max_positions}]")
+        ids, _, _ = self._text_encoder.encode(texts, length)
+        return self.embed(ids, batch_size=batch_size, output=output)
+
+    def run(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, **unknown) -> dict[str, np.ndarray]:
+        """One forward pass over a rectangular batch.
+
+        input_ids (B, N) ints, or inputs_embeds (B, N, F) floats for vocab_size = 0;
+        attention_mask (B, N) in {0, 1}, default ones; token_type_ids (B, N), default zeros.
+        numpy arrays or nested lists. Returns {"last_hidden_state": (B, N, F) float32,
+        "sentence_embedding": (B, F) float32 (only when the model pools)}.
+        """
+        if unknown:
+            raise InputError(f"unknown input(s) {sorted(unknown)}; this model takes {self.input_names}")
+        given = {
+            contract.INPUT_IDS: input_ids, contract.INPUTS_EMBEDS: inputs_embeds,
+            contract.ATTENTION_MASK: attention_mask, contract.TOKEN_TYPE_IDS: token_type_ids,
+        }
+        return self._execute(check_inputs(self._spec, given))
+
+    def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.provider == "cuda":
+            return self._run_bound(feeds, "cuda", self.device_id)
+        outputs = self._session.run(self.output_names, feeds, self._run_options)
+        return dict(zip(self.output_names, outputs))
+
+    def _run_bound(self, feeds: dict[str, np.ndarray], device: str, device_id: int) -> dict[str, np.ndarray]:
+        """Run with IO binding: inputs copied to `device` once, outputs allocated there by
+        onnxruntime (no host staging inside run), then copied back. The binding is a
+        local: it is mutable and must not be shared between threads."""
+        binding = self._session.io_binding()
+        values = [ort.OrtValue.ortvalue_from_numpy(array, device, device_id) for array in feeds.values()]
+        for name, value in zip(feeds, values):
+            binding.bind_ortvalue_input(name, value)
+        for name in self.output_names:
+            binding.bind_output(name, device, device_id)
+        self._session.run_with_iobinding(binding, self._run_options)
+        return dict(zip(self.output_names, binding.copy_outputs_to_cpu()))
+
+    def embed(self, sequences: Sequence[Any], batch_size: int = 32, output: str | None = None):
+        """Run many sequences of different lengths, batched by similar length.
+
+        sequences: token-id lists (len_i,), or (len_i, F) float arrays for vocab_size = 0.
+        output: "sentence_embedding" (default when the model pools) returns an (n, F)
+        float32 array; "last_hidden_state" (default otherwise) returns a list of
+        (len_i, F) arrays. Results are in the caller's order and equal unbatched runs.
+        """
+        name = self.select_output(output)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r} must be a positive integer")
+        arrays = [self._checked_sequence(i, s) for i, s in enumerate(sequences)]
+        width = self.config.hidden_size
+        pooled = name == contract.SENTENCE_EMBEDDING
+        result = np.empty((len(arrays), width), np.float32) if pooled else [None] * len(arrays)
+        if not arrays:
+            return result
+        for batch in length_batches(np.array([len(a) for a in arrays]), batch_size):
+            padded, mask = pad([arrays[i] for i in batch])
+            out = self._execute({self.main_input: padded, contract.ATTENTION_MASK: mask, **self._zero_types(mask)})[name]
+            if pooled:
+                result[batch] = out
+            else:
+                for row, i in enumerate(batch):  # copy, so one result does not pin its whole batch
+                    result[i] = out[row, : len(arrays[i])].copy()
+        return result
+
+    def select_output(self, output: str | None) -> str:
+        """`output` checked against the model's outputs; None picks the default: the
+        sentence embedding when the model pools, else last_hidden_state."""
+        if output is None:
+            return contract.SENTENCE_EMBEDDING if self.pools else contract.LAST_HIDDEN_STATE
+        if output not in self.output_names:
+            raise InputError(f"output {output!r} is not one of this model's outputs {self.output_names} (pooling={self.config.pooling!r})")
+        return output
+
+    def _checked_sequence(self, index: int, sequence: Any) -> np.ndarray:
+        """Validate one sequence as a batch of one, so embed refuses what run refuses."""
+        array = as_array(f"sequence {index}", sequence)
+        rank = 1 if self.config.takes_ids else 2
+        if array.ndim != rank:
+            layout = "a list of token ids" if rank == 1 else f"a (length, {self.config.hidden_size}) float array"
+            raise InputError(f"sequence {index} has shape {array.shape}; each sequence must be {layout}")
+        try:
+            feeds = check_inputs(self._spec, {self.main_input: array[None]})
+        except InputError as exc:
+            raise InputError(f"sequence {index}: {exc}") from None
+        return feeds[self.main_input][0]
+
+    def _zero_types(self, mask: np.ndarray) -> dict[str, np.ndarray]:
+        if contract.TOKEN_TYPE_IDS not in self.input_names:
+            return {}
+        return {contract.TOKEN_TYPE_IDS: np.zeros_like(mask)}

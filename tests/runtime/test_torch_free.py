@@ -1,0 +1,45 @@
+"""ortformer.runtime must work in a process where torch cannot be imported at all."""
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A meta-path hook that makes torch (and our torch-side packages) unimportable, as in an
+# install without the export extra; indirect imports fail too, even inside try/except.
+BLOCK = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'torch' or name.startswith(('ortformer.models', 'ortformer.exporter')):
+            raise ImportError('blocked by the torch-free test: ' + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCK + code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+def test_import_alone_does_not_load_torch():
+    done = subprocess.run([sys.executable, "-c", "import sys, ortformer.runtime; assert 'torch' not in sys.modules, 'torch'"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+
+
+def test_load_and_run_without_torch(tokens_model, tokens_rt):
+    code = f"""
+import sys
+from ortformer.runtime import Runtime
+rt = Runtime({str(tokens_model)!r}, "cpu")
+out = rt.run(input_ids=[[1, 2, 3]])
+print(repr(out["sentence_embedding"][0, :4].tolist()))
+print(len(rt.embed([[1], [2, 3]])))
+assert 'torch' not in sys.modules
+"""
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.strip().splitlines()
+    want = tokens_rt.run(input_ids=[[1, 2, 3]])["sentence_embedding"][0, :4].tolist()
+    assert eval(first) == want and second == "2"
