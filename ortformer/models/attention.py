@@ -85,6 +85,28 @@ def cosine_attention(q, k, v, key_mask, eps):
     return (numerator / denominator).to(q.dtype)
 
 
+@torch.library.custom_op("ortformer::masked_softmax_attention", mutates_args=())
+def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor,
+                             num_heads: int) -> torch.Tensor:
+    """softmax_attention on (B, N, F) tensors, heads split inside: (B, N, F) -> (B, N, F).
+
+    One opaque op, so the exporter can emit onnxruntime's fused MultiHeadAttention
+    kernel for it (see exporter/fused_ops.py) instead of a chain of MatMul/Softmax.
+    """
+    b, n, f = q.shape
+
+    def heads(x):  # (B, N, F) -> (B, H, N, D)
+        return x.reshape(b, n, num_heads, f // num_heads).transpose(1, 2)
+
+    out = softmax_attention(heads(q), heads(k), heads(v), key_mask != 0, 0.0)
+    return out.transpose(1, 2).reshape(b, n, f)
+
+
+@masked_softmax_attention.register_fake
+def _masked_softmax_attention_shape(q, k, v, key_mask, num_heads):
+    return torch.empty_like(q)
+
+
 KERNELS: dict[str, Kernel] = {
     "softmax": softmax_attention,
     "linear": linear_attention,
@@ -108,11 +130,20 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = num_heads
         self.eps = eps
         self.kernel = get_kernel(kernel)
+        # softmax runs as one opaque op that exports to a fused ONNX Runtime kernel;
+        # the exporter turns this off for graphs that must use standard ONNX ops only
+        self.fused = kernel == "softmax"
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
         self.out = nn.Linear(hidden_size, hidden_size)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         b, n, f = x.shape
+        if self.fused:
+            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
+            out = masked_softmax_attention(q, k, v, key_mask.to(torch.int32), self.num_heads)
+            # rows with no kept key are zero (the fused ONNX kernel would average them)
+            out = torch.where(key_mask.any(dim=1)[:, None, None], out, torch.zeros_like(out))
+            return self.out(out)
         qkv = self.qkv(x).view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
         heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
