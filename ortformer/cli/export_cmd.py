@@ -79,6 +79,12 @@ def architecture_options(func):
 
 @click.command("export")
 @architecture_options
+@click.option("--from", "from_path", type=click.Path(exists=True),
+              help="Export trained weights: an ortformer checkpoint or a local BERT-family folder.")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
+              help="tokenizer.json to ship beside the model (default: the one found with --from).")
+@click.option("--no-fused-attention", is_flag=True,
+              help="Standard ONNX ops only (no com.microsoft MultiHeadAttention), for runtimes other than onnxruntime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Destination .onnx file.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
@@ -86,7 +92,8 @@ def architecture_options(func):
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, seed, output, opset, force, no_parity, keep_failed, as_json, **flags):
+def export_command(preset_name, config_file, from_path, tokenizer, no_fused_attention, seed, output, opset,
+                   force, no_parity, keep_failed, as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
 
     \b
@@ -94,12 +101,25 @@ def export_command(preset_name, config_file, seed, output, opset, force, no_pari
       ortformer export --preset tiny -o tiny.onnx
       ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
+      ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
     """
     from ..errors import require_torch
 
-    cfg = config_from_options(preset_name, config_file, flags)
+    if from_path and (preset_name or config_file or any(v is not None for v in flags.values())):
+        raise ConfigError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
+    cfg = None if from_path else config_from_options(preset_name, config_file, flags)
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, summary_line
+
+    source = text_max_length = None
+    subject = cfg
+    if from_path:
+        from ..models import load_any
+
+        loaded = load_any(from_path)
+        subject, source, text_max_length = loaded.model, loaded.source, loaded.text_max_length
+        tokenizer = tokenizer or loaded.tokenizer
+        cfg = loaded.model.config
 
     steps = iter(range(1, 100))
 
@@ -107,8 +127,10 @@ def export_command(preset_name, config_file, seed, output, opset, force, no_pari
         if not as_json and message != "done":
             click.echo(f"[{next(steps)}/4] {message} ...", err=True)
 
-    result = export(cfg, output, opset=opset or DEFAULT_OPSET, seed=seed, parity=not no_parity,
-                    force=force, keep_failed=keep_failed, progress=progress)
+    result = export(subject, output, opset=opset or DEFAULT_OPSET, seed=seed, parity=not no_parity,
+                    force=force, keep_failed=keep_failed, progress=progress, source=source,
+                    tokenizer=tokenizer, text_max_length=text_max_length,
+                    fused_attention=not no_fused_attention)
     summary = {
         "path": str(result.path), "files": [str(f) for f in result.files], "size_bytes": result.size_bytes,
         "parameters": result.parameters, "seconds": round(result.seconds, 2), "source": result.source,
@@ -127,4 +149,36 @@ def export_command(preset_name, config_file, seed, output, opset, force, no_pari
     click.echo(f"  time:    {result.seconds:.1f} s")
 
 
-COMMANDS = [export_command]
+
+@click.command("check")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--against", type=click.Path(exists=True),
+              help="Config JSON, ortformer checkpoint or BERT folder to rerun the parity grid against.")
+@click.option("--seed", type=int, default=None, help="Seed for a random-init config (default: the one recorded).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def check_command(model, against, seed, as_json):
+    """Re-check a model file: onnx.checker, metadata and contract, and the parity grid again.
+
+    \b
+    Examples:
+      ortformer check tiny.onnx
+      ortformer check minilm.onnx --against ./all-MiniLM-L6-v2
+    """
+    from ..errors import require_torch
+
+    require_torch("ortformer check")
+    from ..exporter import summary_line
+    from ..exporter.verify import verify
+
+    result = verify(model, against=against, seed=seed)
+    if as_json:
+        echo_json(result)
+        return
+    click.echo(f"{result['path']}: checker ok, metadata ok ({result['source']})")
+    if result["parity"] is None:
+        click.echo(f"  parity:  not rerun: {result['reference']}")
+    else:
+        click.echo(f"  parity:  {summary_line(result['parity'])} against {result['reference']}")
+
+
+COMMANDS = [export_command, check_command]

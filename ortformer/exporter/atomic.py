@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -50,13 +50,27 @@ class StagedModel:
     dest: Path
     tmpdir: Path
     data_name: str | None
+    side_names: list[str] = field(default_factory=list)  # e.g. the tokenizer, moved before the ONNX file
 
     @property
     def path(self) -> Path:
         return self.tmpdir / self.dest.name
 
+    def _side(self) -> list[str]:
+        return ([self.data_name] if self.data_name else []) + self.side_names
+
     def files(self) -> list[Path]:
-        return [self.path] + ([self.tmpdir / self.data_name] if self.data_name else [])
+        return [self.path] + [self.tmpdir / name for name in self._side()]
+
+    def add_side_file(self, source: Path, name: str) -> None:
+        """Stage a copy of ``source`` to land beside the model as ``name``."""
+        if Path(name).name != name or name in (self.dest.name, self.data_name):
+            raise ExportError(f"side file name {name!r} must be a plain file name unlike the model's")
+        try:
+            shutil.copyfile(source, self.tmpdir / name)
+        except OSError as exc:
+            raise ExportError(f"cannot copy {source}: {exc.strerror or exc}") from None
+        self.side_names.append(name)
 
     def rewrite_metadata(self, props: dict[str, str]) -> None:
         """Set metadata entries in the staged ONNX file, leaving its data file as is."""
@@ -71,8 +85,8 @@ class StagedModel:
         old_data = external_data_files(self.dest) if self.dest.exists() else set()
         for staged in self.files():
             _fsync(staged)
-        if self.data_name:
-            os.replace(self.tmpdir / self.data_name, folder / self.data_name)
+        for name in self._side():
+            os.replace(self.tmpdir / name, folder / name)
         os.replace(self.path, self.dest)
         _fsync_dir(folder)
         for name in old_data - {self.data_name}:
@@ -81,7 +95,7 @@ class StagedModel:
             if stale.resolve().parent == folder.resolve() and stale.is_file():
                 stale.unlink()
         self.discard()
-        return [self.dest] + ([folder / self.data_name] if self.data_name else [])
+        return [self.dest] + [folder / name for name in self._side()]
 
     def keep_as(self, path: Path) -> Path:
         """Keep a failed model for inspection under an explicit, different name."""

@@ -21,9 +21,10 @@ from .. import __version__, contract
 from ..config import EncoderConfig
 from ..cost import parameter_count
 from ..errors import ExportError, ParityError
-from ..models import Encoder, build_encoder
+from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from . import parity as parity_mod
-from .atomic import StagedModel, stage_model
+from .atomic import StagedModel, set_metadata, stage_model
+from .fused_ops import TRANSLATIONS
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
 # optimizer and quantizer handle best: SDPA decomposes into MatMul/Softmax that ORT
@@ -81,6 +82,20 @@ def _resolve(model_or_config, seed: int) -> tuple[Encoder, str]:
     )
 
 
+@contextlib.contextmanager
+def _attention_fusion(model: Encoder, fused: bool):
+    """Temporarily choose fused (contrib op) or standard-ONNX softmax attention."""
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    before = [m.fused for m in modules]
+    for m in modules:
+        m.fused = fused and m.kernel is KERNELS["softmax"]
+    try:
+        yield
+    finally:
+        for m, value in zip(modules, before):
+            m.fused = value
+
+
 def _trace_to_onnx(model: Encoder, opset: int) -> onnx.ModelProto:
     """torch.onnx.export (dynamo) with `batch` and `sequence` dynamic on every input."""
     cfg = model.config
@@ -103,7 +118,7 @@ def _trace_to_onnx(model: Encoder, opset: int) -> onnx.ModelProto:
             program = torch.onnx.export(
                 model, args, input_names=names, output_names=contract.output_names(cfg),
                 opset_version=opset, dynamo=True, dynamic_shapes=dynamic, external_data=False,
-                verbose=False,
+                verbose=False, custom_translation_table=TRANSLATIONS,
             )
         return program.model_proto
     except Exception as exc:
@@ -129,12 +144,18 @@ def check_file(path: Path, cfg: EncoderConfig) -> None:
 
 def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32", seed: int = 0,
            source: str | None = None, parity: bool = True, force: bool = False,
-           keep_failed=None, reference: Encoder | None = None,
+           keep_failed=None, reference: Encoder | None = None, fused_attention: bool = True,
+           tokenizer=None, text_max_length: int | None = None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
     reference: the eager model parity compares against (default: the exported model).
     keep_failed: where to keep a model that failed the gate, for inspection.
+    fused_attention: softmax attention as onnxruntime's fused MultiHeadAttention
+        (com.microsoft); False keeps the graph to standard ONNX ops for other runtimes.
+    tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
+        named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
+    text_max_length: default truncation for text (sentence-transformers' max_seq_length).
     """
     step = progress or (lambda message: None)
     start = time.perf_counter()
@@ -151,21 +172,32 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         raise ExportError(f"output path {dest} must end in .onnx")
 
     step("tracing with torch.onnx.export (dynamo)")
-    proto = _trace_to_onnx(model, opset)
-    from .atomic import set_metadata
-
+    with _attention_fusion(model, fused_attention):
+        proto = _trace_to_onnx(model, opset)
     source = source or default_source
-    set_metadata(proto, {
+    meta = {
         contract.META_FORMAT: contract.FORMAT,
         contract.META_VERSION: __version__,
         contract.META_CONFIG: cfg.to_json(),
         contract.META_SOURCE: source,
         contract.META_PARITY: json.dumps({"skipped": True}),
-    })
+    }
+    tokenizer_name = f"{dest.stem}.tokenizer.json"
+    if tokenizer is not None:
+        if not Path(tokenizer).is_file():
+            raise ExportError(f"tokenizer {tokenizer} is not a file; give a tokenizer.json path")
+        meta[contract.META_TOKENIZER] = tokenizer_name
+    if text_max_length is not None:
+        if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_positions:
+            raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_positions}]")
+        meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
+    set_metadata(proto, meta)
     step("writing")
     staged = stage_model(proto, dest, force)
     del proto
     try:
+        if tokenizer is not None:
+            staged.add_side_file(Path(tokenizer), tokenizer_name)
         step("onnx.checker (full)")
         check_file(staged.path, cfg)
         if parity:

@@ -1,0 +1,109 @@
+"""Text to token ids with a Hugging Face ``tokenizer.json`` (torch-free).
+
+Needs the optional ``tokenizers`` package (``pip install 'ortformer[text]'``); it is
+imported when a TextEncoder is made, so importing this module never fails.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InputError, MissingExtraError, ModelFileError
+
+
+class TruncationWarning(UserWarning):
+    """Some texts were longer than max_length tokens and lost their tail."""
+
+
+def _tokenizers():
+    try:
+        import tokenizers
+    except ImportError as exc:
+        raise MissingExtraError("text input", "text", "tokenizers") from exc
+    return tokenizers
+
+
+def check_texts(texts) -> list[str]:
+    """``texts`` as a list of str, or InputError naming the entries that are not strings."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise InputError(f"texts must be a list of str, got {type(texts).__name__}; wrap one text as [text]")
+    bad = [f"texts[{i}] is {type(t).__name__}" for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise InputError(f"every text must be a str: {', '.join(bad[:5])}{more}")
+    return list(texts)
+
+
+class TextEncoder:
+    """A tokenizer.json loaded with ``tokenizers.Tokenizer.from_file``.
+
+    The file's own padding and truncation settings are switched off: ``encode``
+    truncates to the max_length it is given, and batching pads (``pad_batch``).
+    Safe to share between threads.
+    """
+
+    def __init__(self, path):
+        tokenizers = _tokenizers()
+        self.path = Path(path)
+        try:
+            self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
+        except Exception as exc:  # missing file, bad JSON, unknown model type: all surface as Exception
+            raise ModelFileError(f"cannot load tokenizer {self.path}: {exc}") from None
+        padding = self._tokenizer.padding or {}
+        pad_token = self._tokenizer.token_to_id("[PAD]")
+        self.pad_id: int = padding.get("pad_id", pad_token if pad_token is not None else 0)
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        # [CLS] ... [SEP] for BERT: what the post-processor adds to every single text
+        self.num_special_tokens: int = self._tokenizer.num_special_tokens_to_add(is_pair=False)
+        self._lock = threading.Lock()  # truncation is tokenizer state: set it and encode as one step
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, texts: list[str], max_length: int) -> tuple[list[list[int]], list[list[int]], int]:
+        """(ids, type_ids, n_truncated) for each text, at most ``max_length`` tokens each.
+
+        Truncation goes through the tokenizer's truncation API, so the special
+        tokens survive (BERT: ``[CLS] first max_length-2 tokens [SEP]``). When any
+        text is truncated a TruncationWarning says how many.
+        """
+        texts = check_texts(texts)
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+            raise InputError(f"max_length must be an int, got {type(max_length).__name__}")
+        if max_length <= self.num_special_tokens:
+            raise InputError(
+                f"max_length={max_length} leaves no room for text: the tokenizer adds "
+                f"{self.num_special_tokens} special tokens; use max_length >= {self.num_special_tokens + 1}"
+            )
+        if not texts:
+            return [], [], 0
+        with self._lock:
+            self._tokenizer.enable_truncation(int(max_length))  # stride 0: overflowing holds the cut tail
+            encodings = self._tokenizer.encode_batch(texts)
+        n_truncated = sum(1 for e in encodings if e.overflowing)
+        if n_truncated:
+            warnings.warn(
+                f"{n_truncated} of {len(texts)} text(s) were longer than max_length={max_length} tokens "
+                "and were truncated", TruncationWarning, stacklevel=2,
+            )
+        return [e.ids for e in encodings], [e.type_ids for e in encodings], n_truncated
+
+
+def pad_batch(ids: list[list[int]], type_ids: list[list[int]], pad_id: int = 0
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Right-pad to the longest row: (input_ids, attention_mask, token_type_ids), int64 (B, N)."""
+    longest = max((len(row) for row in ids), default=0)
+    input_ids = np.full((len(ids), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(ids), longest), dtype=np.int64)
+    types = np.zeros((len(ids), longest), dtype=np.int64)
+    for i, (row, type_row) in enumerate(zip(ids, type_ids, strict=True)):
+        input_ids[i, :len(row)] = row
+        mask[i, :len(row)] = 1
+        types[i, :len(type_row)] = type_row
+    return input_ids, mask, types
