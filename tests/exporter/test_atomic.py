@@ -1,0 +1,83 @@
+"""An export killed at any step leaves the previous model byte-identical (or, past
+the commit point, the complete new one): never a partial file."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import onnx
+import pytest
+
+from ortformer.config import preset
+from ortformer.exporter import export
+from ortformer.exporter.atomic import stage_model
+from ortformer.errors import ExportError
+from ortformer.runtime import read_model_file
+
+CHILD = textwrap.dedent("""
+    import sys
+    from ortformer.config import preset
+    from ortformer.exporter import export
+    export(preset("tiny", attention="cosine"), sys.argv[1], force=True, seed=9,
+           progress=lambda step: print("STEP", step, flush=True))
+""")
+
+
+@pytest.fixture(scope="module")
+def old_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("atomic") / "m.onnx"
+    export(preset("tiny"), path, seed=0, parity=False)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("step, delay", [
+    ("tracing", 0.5), ("writing", 0.0), ("onnx.checker", 0.05), ("parity gate", 0.2),
+])
+def test_sigkill_mid_export_keeps_the_old_model(step, delay, old_model, tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(old_model)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in child.stdout:
+            if line.startswith("STEP") and step in line:
+                time.sleep(delay)
+                child.send_signal(signal.SIGKILL)
+                break
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    data = path.read_bytes()
+    if data != old_model:  # only legal if the commit point was passed: a complete new model
+        model_file = read_model_file(path)
+        assert model_file.config.attention == "cosine" and model_file.parity["passed"]
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".onnx"] == ["m.onnx"]
+
+
+def test_staging_happens_beside_the_destination_and_commit_replaces(tmp_path, old_model):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(old_model)
+    staged = stage_model(onnx.load_from_string(old_model), path, force=True)
+    assert staged.path.parent.parent == tmp_path and path.read_bytes() == old_model
+    with pytest.raises(ExportError, match="already exists"):
+        staged.commit(force=False)
+    assert path.read_bytes() == old_model
+    staged.commit(force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_external_data_pair_is_committed_data_first(tmp_path, monkeypatch, old_model):
+    """Models past the inline limit go to a uniquely named side file; the old pair
+    stays valid until the ONNX file is replaced, and its data file is removed after."""
+    import ortformer.exporter.atomic as atomic
+
+    monkeypatch.setattr(atomic, "INLINE_LIMIT_BYTES", 1000)
+    path = tmp_path / "m.onnx"
+    first = export(preset("tiny"), path, parity=False).files
+    assert len(first) == 2 and first[1].name.startswith("m.onnx.") and first[1].suffix == ".data"
+    second = export(preset("tiny"), path, parity=False, force=True, seed=1).files
+    assert second[1] != first[1] and not first[1].exists() and second[1].exists()
+    assert read_model_file(path).external_files == (second[1].resolve(),)

@@ -1,0 +1,132 @@
+"""`ortformer export` and `ortformer check` through click's CliRunner."""
+import json
+import os
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from ortformer.cli import cli
+from ortformer.cli.export_cmd import COMMANDS
+from ortformer.runtime import Runtime
+
+
+def invoke(*args, ok=True):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def fail(*args, code=1):
+    result = invoke(*args, ok=False)
+    assert result.exit_code == code, result.output
+    return result.stderr.strip()
+
+
+@pytest.fixture(scope="module")
+def linear_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "lin.onnx"
+    out = invoke("export", "--preset", "tiny", "--attention", "linear", "--layers", "1", "--hidden", "16",
+                 "--heads", "2", "--pooling", "cls", "--seed", "4", "-o", path).stdout
+    return path, out
+
+
+def test_every_command_has_help_with_an_example():
+    for command in COMMANDS:
+        assert "Examples:" in command.help and f"ortformer {command.name} " in command.help
+        assert invoke(command.name, "--help").stdout.startswith("Usage:")
+
+
+def test_export_with_flags_prints_a_summary_and_writes_a_working_model(linear_model):
+    path, out = linear_model
+    assert f"wrote {path}" in out and "linear attention, 1 layers x 16" in out
+    assert "input_ids [batch, sequence]" in out and "sentence_embedding [batch, 16]" in out
+    assert "parity:  PASS over 20 cases" in out
+    rt = Runtime(path, "cpu")
+    assert (rt.config.attention, rt.config.hidden_size, rt.config.pooling, rt.source) == ("linear", 16, "cls", "random-init:seed=4")
+
+
+def test_export_json_report(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"vocab_size": 0, "hidden_size": 8, "num_heads": 2, "num_layers": 1,
+                                  "ffn_size": 16, "max_positions": 16, "attention": "cosine"}))
+    data = json.loads(invoke("export", "--config", config, "--norm", "rmsnorm", "-o", tmp_path / "m.onnx", "--json").stdout)
+    assert data["config"]["norm"] == "rmsnorm" and data["config"]["attention"] == "cosine"
+    assert data["inputs"] == {"inputs_embeds": ["batch", "sequence", 8], "attention_mask": ["batch", "sequence"]}
+    assert data["parity"]["passed"] is True and data["size_bytes"] == os.path.getsize(tmp_path / "m.onnx")
+
+
+def test_existing_file_needs_force(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"keep me")
+    assert "already exists" in fail("export", "--preset", "tiny", "-o", path, "--no-parity")
+    assert path.read_bytes() == b"keep me"
+    invoke("export", "--preset", "tiny", "-o", path, "--no-parity", "--force")
+    assert onnx.load(str(path)).graph.input[0].name == "input_ids"
+    assert "skipped" in invoke("info", path).stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--heads", "5"], "hidden_size=32 is not divisible by num_heads=5"),
+    (["--attention", "flash"], "Invalid value for '--attention'"),
+    (["--layers", "0"], "Invalid value for '--layers'"),
+    (["--preset", "tiny", "--config", "x.json"], "either --preset or --config"),
+    (["--opset", "11"], "opset 11 is not supported"),
+])
+def test_bad_flags_fail_with_one_line(args, message, tmp_path):
+    if "x.json" in args:
+        (tmp_path / "x.json").write_text("{}")
+        args = [str(tmp_path / "x.json") if a == "x.json" else a for a in args]
+    stderr = fail("export", *(["--preset", "tiny"] if "--preset" not in args and "--config" not in args else []),
+                  *args, "-o", tmp_path / "m.onnx", code=2 if "Invalid value" in message else 1)
+    assert message in stderr
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_unwritable_directory_is_one_line_error(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    # root writes through file modes; /proc refuses new files to everyone
+    target = locked if not os.access(locked, os.W_OK) else "/proc"
+    try:
+        stderr = fail("export", "--preset", "tiny", "-o", f"{target}/m.onnx")
+        assert "not writable" in stderr or "cannot write into" in stderr
+    finally:
+        locked.chmod(0o700)
+
+
+def test_missing_folder_and_bad_config_file(tmp_path):
+    assert "does not exist" in fail("export", "--preset", "tiny", "-o", tmp_path / "no" / "m.onnx")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"dropout": 0.1}')
+    assert "unknown config key" in fail("export", "--config", bad, "-o", tmp_path / "m.onnx")
+
+
+def test_check_reruns_parity_from_the_recorded_seed(linear_model):
+    path, _ = linear_model
+    out = invoke("check", path).stdout
+    assert "checker ok" in out and "PASS over 20 cases" in out and "seed 4" in out
+    data = json.loads(invoke("check", path, "--json").stdout)
+    assert data["parity"]["passed"] is True
+
+
+def test_check_fails_against_other_weights(linear_model):
+    path, _ = linear_model
+    assert "parity against random init, seed 5 failed" in fail("check", path, "--seed", "5")
+
+
+def test_check_against_a_config_of_another_model(linear_model, tmp_path):
+    path, _ = linear_model
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"attention": "softmax", "vocab_size": 100}))
+    assert "describes another model" in fail("check", path, "--against", other)
+
+
+def test_check_refuses_a_foreign_file(tmp_path):
+    path = tmp_path / "x.onnx"
+    path.write_bytes(b"\x00not onnx")
+    assert fail("check", path).startswith("error: ")
