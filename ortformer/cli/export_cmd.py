@@ -88,12 +88,15 @@ def architecture_options(func):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Destination .onnx file.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+              help="float16 weights and activations (for CUDA), gated on cosine >= 0.999.")
+@click.option("--quantize", type=click.Choice(["int8"]), help="int8 dynamic quantization of the weight MatMuls, gated on cosine >= 0.99.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
 def export_command(preset_name, config_file, from_path, tokenizer, no_fused_attention, seed, output, opset,
-                   force, no_parity, keep_failed, as_json, **flags):
+                   dtype, quantize, force, no_parity, keep_failed, as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
 
     \b
@@ -102,6 +105,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_atte
       ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
+      ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
     """
     from ..errors import require_torch
 
@@ -125,9 +129,10 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_atte
 
     def progress(message: str) -> None:
         if not as_json and message != "done":
-            click.echo(f"[{next(steps)}/4] {message} ...", err=True)
+            click.echo(f"[{next(steps)}/{4 + bool(quantize)}] {message} ...", err=True)
 
-    result = export(subject, output, opset=opset or DEFAULT_OPSET, seed=seed, parity=not no_parity,
+    result = export(subject, output, opset=opset or DEFAULT_OPSET, dtype=dtype, quantize=quantize, seed=seed,
+                    parity=not no_parity,
                     force=force, keep_failed=keep_failed, progress=progress, source=source,
                     tokenizer=tokenizer, text_max_length=text_max_length,
                     fused_attention=not no_fused_attention)
@@ -141,7 +146,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_atte
         echo_json(summary)
         return
     click.echo(f"wrote {result.path} ({_human_size(result.size_bytes)}, {result.parameters:,} parameters, "
-               f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size})")
+               f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size}, {quantize or dtype})")
     click.echo(f"  inputs:  {_shape_text(summary['inputs'])}")
     click.echo(f"  outputs: {_shape_text(summary['outputs'])}")
     parity_text = "skipped (--no-parity)" if result.report.get("skipped") else summary_line(result.report)

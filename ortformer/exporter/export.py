@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from . import parity as parity_mod
 from .atomic import StagedModel, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
+from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
 # optimizer and quantizer handle best: SDPA decomposes into MatMul/Softmax that ORT
@@ -32,7 +34,6 @@ from .fused_ops import TRANSLATIONS
 # (B, 1, 1, N) key mask and which the int8 quantizer rewrites into a broken node.
 DEFAULT_OPSET = 18
 SUPPORTED_OPSETS = range(18, 23)
-SUPPORTED_DTYPES = ("float32",)
 
 
 @dataclass
@@ -142,7 +143,8 @@ def check_file(path: Path, cfg: EncoderConfig) -> None:
             raise ExportError(f"{value.name} has shape {dims}; the contract declares {declared.get(value.name)}")
 
 
-def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32", seed: int = 0,
+def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32",
+           quantize: str | None = None, seed: int = 0,
            source: str | None = None, parity: bool = True, force: bool = False,
            keep_failed=None, reference: Encoder | None = None, fused_attention: bool = True,
            tokenizer=None, text_max_length: int | None = None,
@@ -156,13 +158,19 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
         named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
     text_max_length: default truncation for text (sentence-transformers' max_seq_length).
+    dtype / quantize: "float16" weights and activations, or "int8" dynamic quantization;
+        both gated on cosine against the float32 eager model.
     """
     step = progress or (lambda message: None)
     start = time.perf_counter()
     if opset not in SUPPORTED_OPSETS:
         raise ExportError(f"opset {opset} is not supported; choose {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
-    if dtype not in SUPPORTED_DTYPES:
-        raise ExportError(f"dtype {dtype!r} is not supported; choose one of {', '.join(SUPPORTED_DTYPES)}")
+    if dtype not in DTYPES:
+        raise ExportError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+    if quantize is not None and (quantize not in QUANTIZATIONS or dtype != "float32"):
+        raise ExportError(f"quantize={quantize!r} is not supported; choose one of {', '.join(QUANTIZATIONS)} "
+                          "on a float32 export")
+    precision = quantize or dtype
     model, default_source = _resolve(model_or_config, seed)
     cfg = model.config
     if cfg.max_positions < 2:
@@ -173,14 +181,14 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
 
     step("tracing with torch.onnx.export (dynamo)")
     with _attention_fusion(model, fused_attention):
-        proto = _trace_to_onnx(model, opset)
+        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset)
     source = source or default_source
     meta = {
         contract.META_FORMAT: contract.FORMAT,
         contract.META_VERSION: __version__,
         contract.META_CONFIG: cfg.to_json(),
         contract.META_SOURCE: source,
-        contract.META_PARITY: json.dumps({"skipped": True}),
+        contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
     }
     tokenizer_name = f"{dest.stem}.tokenizer.json"
     if tokenizer is not None:
@@ -198,13 +206,18 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     try:
         if tokenizer is not None:
             staged.add_side_file(Path(tokenizer), tokenizer_name)
+        if quantize == "int8":
+            step("int8 dynamic quantization")
+            quantized = staged.path.with_name("int8.onnx")
+            quantize_int8(staged.path, quantized)
+            os.replace(quantized, staged.path)
         step("onnx.checker (full)")
         check_file(staged.path, cfg)
         if parity:
             step("parity gate against eager PyTorch")
-            report = _gate(staged, reference or model, cfg, dtype, keep_failed)
+            report = _gate(staged, reference or model, cfg, precision, keep_failed)
         else:
-            report = {"skipped": True, "reason": "parity disabled by the caller"}
+            report = {"skipped": True, "reason": "parity disabled by the caller", "dtype": precision}
         staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
         files = staged.commit(force)
     finally:

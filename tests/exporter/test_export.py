@@ -148,3 +148,30 @@ def test_export_records_a_weights_digest_for_modules(tmp_path):
     a = export(build_encoder(cfg, seed=1), tmp_path / "a.onnx", parity=False)
     b = export(build_encoder(cfg, seed=2), tmp_path / "b.onnx", parity=False)
     assert a.source.startswith("weights-sha256:") and a.source != b.source
+
+
+@pytest.mark.parametrize("kwargs, gate", [(dict(dtype="float16"), 0.999), (dict(quantize="int8"), 0.99)])
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
+def test_reduced_precision_passes_its_cosine_gate_and_keeps_the_contract(kwargs, gate, attention, tmp_path):
+    cfg = preset("tiny", attention=attention)
+    path = tmp_path / "m.onnx"
+    result = export(cfg, path, **kwargs)
+    dtype = kwargs.get("quantize") or kwargs["dtype"]
+    assert result.report["dtype"] == dtype and result.report["gate"]["min_cosine"] == gate
+    assert result.report["passed"] and all(m["min_cosine"] >= gate for m in result.report["worst"].values())
+    model = onnx.load(str(path))
+    ops = {n.op_type for n in model.graph.node}
+    if "quantize" in kwargs:
+        assert "DynamicQuantizeLinear" in ops or "MatMulInteger" in ops
+    else:
+        assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    # float32 in and out either way: the ONNX contract does not change with precision
+    assert all(o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT for o in model.graph.output)
+    assert [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
+
+
+def test_quantize_needs_a_float32_export(tmp_path):
+    with pytest.raises(ExportError, match="quantize='int8' is not supported.*float32"):
+        export(preset("tiny"), tmp_path / "m.onnx", dtype="float16", quantize="int8")
+    with pytest.raises(ExportError, match="quantize='int4'"):
+        export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
