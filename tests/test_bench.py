@@ -1,0 +1,54 @@
+"""`ortformer bench --quick`: the pipeline runs end to end and writes its JSON schema.
+Timings are not asserted (this is a shared 2-core machine); the shape of the report is."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ortformer.cli import cli
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    result = CliRunner().invoke(cli, ["bench", "--quick", "--iterations", "2", "--threads", "1", "--out", str(out)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return out, result.stdout, json.loads((out / "bench.json").read_text())
+
+
+def test_report_schema(quick):
+    _, _, data = quick
+    assert data["schema"] == 1 and data["quick"] is True and data["threads"] == 1
+    assert set(data["machine"]) == {"cpus", "processor", "onnxruntime", "torch"}
+    assert set(data["scenarios"]) == {"latency", "throughput", "long"}
+    for scenario in data["scenarios"].values():
+        assert isinstance(scenario["rows"], list) and scenario["rows"] and scenario["seconds"] >= 0
+        for target in scenario["targets"]:
+            assert set(target) == {"name", "target", "measured", "unit", "met"} and isinstance(target["met"], bool)
+
+
+def test_latency_compares_every_contender_against_eager(quick):
+    rows = {r["contender"]: r for r in quick[2]["scenarios"]["latency"]["rows"]}
+    assert set(rows) == {"eager", "ort_float32", "ort_float32_unfused", "ort_int8"}
+    assert rows["eager"]["speedup_vs_eager"] == 1
+    assert all(r["median_ms"] > 0 for r in rows.values())
+
+
+def test_throughput_reports_the_matmul_ceiling(quick):
+    scenario = quick[2]["scenarios"]["throughput"]
+    assert scenario["matmul_ceiling_gflops"] > 0
+    assert all(0 < r["fraction_of_matmul_ceiling"] for r in scenario["rows"])
+
+
+def test_long_points_run_torch_free_with_a_plot(quick):
+    out, stdout, data = quick
+    long = data["scenarios"]["long"]
+    assert {(r["attention"], r["sequence"]) for r in long["rows"]} == {("linear", 64), ("linear", 256), ("softmax", 64), ("softmax", 256)}
+    assert all(r["status"] == "ok" and r["torch_loaded"] is False and r["peak_rss_mb"] > 0 for r in long["rows"])
+    assert long["plot"] and (out / "bench_long.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wanted" in stdout and "[long]" in stdout
+
+
+def test_unknown_scenario_is_refused():
+    result = CliRunner().invoke(cli, ["bench", "--scenario", "warp"])
+    assert result.exit_code == 2 and "Invalid value for '--scenario'" in result.stderr
