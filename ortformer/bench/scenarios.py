@@ -61,7 +61,7 @@ def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     """bert-base shape, batch 1, sequence 128: eager vs fused float32, unfused float32, int8."""
     cfg, n = (preset("tiny"), 16) if quick else (preset("bert-base"), 128)
     model = build_encoder(cfg, seed=0)
-    variants = {"ort_float32": {}, "ort_float32_unfused": {"fused_attention": False}, "ort_int8": {"quantize": "int8"}}
+    variants = {"ort_float32": {}, "ort_float32_unfused": {"fused_ops": False}, "ort_int8": {"quantize": "int8"}}
     runtimes = {name: Runtime(_exported(workdir, model, f"{cfg.name}_{name}", **options), "cpu", threads=threads)
                 for name, options in variants.items()}
     feeds = _token_feeds(cfg, 1, n)

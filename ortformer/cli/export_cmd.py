@@ -83,8 +83,8 @@ def architecture_options(func):
               help="Export trained weights: an ortformer checkpoint or a local BERT-family folder.")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
-@click.option("--no-fused-attention", is_flag=True,
-              help="Standard ONNX ops only (no com.microsoft MultiHeadAttention), for runtimes other than onnxruntime.")
+@click.option("--no-fused-ops", is_flag=True,
+              help="Standard ONNX ops only (no com.microsoft MultiHeadAttention/Gelu), for runtimes other than onnxruntime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Destination .onnx file.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
@@ -95,7 +95,7 @@ def architecture_options(func):
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, tokenizer, no_fused_attention, seed, output, opset,
+def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops, seed, output, opset,
                    dtype, quantize, force, no_parity, keep_failed, as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
 
@@ -135,7 +135,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_atte
                     parity=not no_parity,
                     force=force, keep_failed=keep_failed, progress=progress, source=source,
                     tokenizer=tokenizer, text_max_length=text_max_length,
-                    fused_attention=not no_fused_attention)
+                    fused_ops=not no_fused_ops)
     summary = {
         "path": str(result.path), "files": [str(f) for f in result.files], "size_bytes": result.size_bytes,
         "parameters": result.parameters, "seconds": round(result.seconds, 2), "source": result.source,

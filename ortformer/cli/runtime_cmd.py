@@ -263,6 +263,29 @@ def info(ctx, model, as_json, sequence_length):
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")
 
 
+@click.command("optimize")
+@_model_argument
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+@click.pass_context
+def optimize(ctx, model, output, force):
+    """Apply onnxruntime's graph optimizations once, offline, for the CPU provider.
+
+    The result is checked against MODEL on the parity grid (float32 gate); a Runtime
+    opening it on CPU with the same onnxruntime skips re-optimizing at every start.
+
+    \b
+    Examples:
+      ortformer optimize minilm.onnx -o minilm.opt.onnx
+    """
+    _quiet_onnxruntime(ctx)
+    from ..runtime.optimize import optimize_offline
+
+    check = optimize_offline(model, output, force=force)
+    click.echo(f"wrote {output}: max_abs={check['max_abs']:.2e} min_cos={check['min_cosine']:.6f} "
+               f"against {model} over {check['cases']} cases")
+
+
 def parity_summary(report: dict) -> str:
     """One line from the exporter's parity report (keys per ortformer.exporter.parity)."""
     if report.get("skipped"):
@@ -277,4 +300,4 @@ def parity_summary(report: dict) -> str:
     return f"{verdict} over {len(report.get('cases', []))} cases ({report.get('dtype', '?')} gate on {report.get('provider', '?')}): {worst}"
 
 
-COMMANDS = [infer, info]
+COMMANDS = [infer, info, optimize]

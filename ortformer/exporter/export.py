@@ -23,7 +23,7 @@ from ..config import EncoderConfig
 from ..cost import parameter_count
 from ..errors import ExportError, ParityError
 from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
-from . import parity as parity_mod
+from .. import parity as parity_mod
 from .atomic import StagedModel, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
@@ -97,7 +97,7 @@ def _attention_fusion(model: Encoder, fused: bool):
             m.fused = value
 
 
-def _trace_to_onnx(model: Encoder, opset: int) -> onnx.ModelProto:
+def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.ModelProto:
     """torch.onnx.export (dynamo) with `batch` and `sequence` dynamic on every input."""
     cfg = model.config
     b, n = parity_mod.example_shape(cfg)
@@ -119,7 +119,7 @@ def _trace_to_onnx(model: Encoder, opset: int) -> onnx.ModelProto:
             program = torch.onnx.export(
                 model, args, input_names=names, output_names=contract.output_names(cfg),
                 opset_version=opset, dynamo=True, dynamic_shapes=dynamic, external_data=False,
-                verbose=False, custom_translation_table=TRANSLATIONS,
+                verbose=False, custom_translation_table=TRANSLATIONS if fused_ops else None,
             )
         return program.model_proto
     except Exception as exc:
@@ -146,15 +146,15 @@ def check_file(path: Path, cfg: EncoderConfig) -> None:
 def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32",
            quantize: str | None = None, seed: int = 0,
            source: str | None = None, parity: bool = True, force: bool = False,
-           keep_failed=None, reference: Encoder | None = None, fused_attention: bool = True,
+           keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
     reference: the eager model parity compares against (default: the exported model).
     keep_failed: where to keep a model that failed the gate, for inspection.
-    fused_attention: softmax attention as onnxruntime's fused MultiHeadAttention
-        (com.microsoft); False keeps the graph to standard ONNX ops for other runtimes.
+    fused_ops: onnxruntime's fused contrib kernels (com.microsoft MultiHeadAttention
+        for softmax attention, Gelu); False keeps the graph to standard ONNX ops.
     tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
         named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
     text_max_length: default truncation for text (sentence-transformers' max_seq_length).
@@ -180,8 +180,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         raise ExportError(f"output path {dest} must end in .onnx")
 
     step("tracing with torch.onnx.export (dynamo)")
-    with _attention_fusion(model, fused_attention):
-        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset)
+    with _attention_fusion(model, fused_ops):
+        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset, fused_ops)
     source = source or default_source
     meta = {
         contract.META_FORMAT: contract.FORMAT,

@@ -1,8 +1,11 @@
-"""ONNX translations for ortformer's own torch ops (torch.onnx custom_translation_table).
+"""ONNX translations to onnxruntime's fused contrib kernels (torch.onnx custom_translation_table).
 
-masked_softmax_attention becomes onnxruntime's contrib ``com.microsoft.MultiHeadAttention``
-with a (B, N) int32 key padding mask: one fused kernel per layer instead of
-MatMul -> Add -> Softmax -> MatMul with (B, H, N, N) intermediates in the graph.
+- masked_softmax_attention becomes ``com.microsoft.MultiHeadAttention`` with a (B, N)
+  int32 key padding mask: one kernel per layer instead of MatMul -> Add -> Softmax ->
+  MatMul with (B, H, N, N) intermediates in the graph.
+- aten.gelu becomes ``com.microsoft.Gelu``: the exporter's erf decomposition
+  (x * 0.5 * (1 + erf(x * 0.7071))) is not matched by onnxruntime's GeluFusion, while
+  a Gelu node lets onnxruntime fold the preceding bias Add into BiasGelu.
 """
 from __future__ import annotations
 
@@ -34,10 +37,28 @@ def _mha_schema() -> OpSchema:
 MULTI_HEAD_ATTENTION = onnxscript.values.Op(MICROSOFT, "MultiHeadAttention", _mha_schema())
 
 
+def _unary_schema(name: str) -> OpSchema:
+    param = OpSchema.FormalParameter
+    return OpSchema(name, "com.microsoft", 1, inputs=[param("X", "T")], outputs=[param("Y", "T")],
+                    type_constraints=[("T", ["tensor(float)", "tensor(float16)"], "")])
+
+
+GELU = onnxscript.values.Op(MICROSOFT, "Gelu", _unary_schema("Gelu"))
+FAST_GELU = onnxscript.values.Op(MICROSOFT, "FastGelu", _unary_schema("FastGelu"))
+
+
+def gelu(x, approximate: str = "none"):
+    """erf GELU (and the tanh approximation) as one contrib node."""
+    return FAST_GELU(x) if approximate == "tanh" else GELU(x)
+
+
 def multi_head_attention(q, k, v, key_mask, num_heads: int):
     """(B, N, F) q, k, v and a (B, N) mask -> (B, N, F)."""
     return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
 
 
-TRANSLATIONS = {torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention}
+TRANSLATIONS = {
+    torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
+    torch.ops.aten.gelu.default: gelu,
+}
 assert masked_softmax_attention is not None  # the op must be defined before the table is used

@@ -16,7 +16,7 @@ from ..errors import ConfigError, ParityError
 from ..models import Encoder, build_encoder, load_any
 from ..runtime.modelfile import ModelFile, read_model_file
 from .export import check_file, eager_runner
-from .parity import failed_cases, run_parity
+from ..parity import failed_cases, run_parity
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
 

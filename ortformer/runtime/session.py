@@ -20,6 +20,7 @@ from ..errors import InputError, MissingExtraError, ModelFileError, ProviderErro
 from . import providers
 from .batching import length_batches, pad
 from .modelfile import read_model_file, tokenizer_path
+from .optimize import optimized_for_cpu
 from .validate import InputSpec, as_array, check_inputs
 
 
@@ -60,6 +61,9 @@ class Runtime:
         options = session_options if session_options is not None else providers.session_options(threads)
         if session_options is not None and threads is not None:
             options.intra_op_num_threads = threads
+        if session_options is None and provider == "cpu" and optimized_for_cpu(self.model_file):
+            # rewritten offline by this onnxruntime (runtime/optimize.py): skip redoing it
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
         self.provider: str = providers.short_name(self._session)
         if provider != "cpu" and self.provider != "cuda":
@@ -173,9 +177,25 @@ class Runtime:
 
     def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.provider == "cuda":
-            return self._run_bound(feeds, "cuda", self.device_id)
-        outputs = self._session.run(self.output_names, feeds, self._run_options)
-        return dict(zip(self.output_names, outputs))
+            outputs = self._run_bound(feeds, "cuda", self.device_id)
+        else:
+            outputs = dict(zip(self.output_names, self._session.run(self.output_names, feeds, self._run_options)))
+        self._check_finite(outputs, feeds)
+        return outputs
+
+    def _check_finite(self, outputs: dict[str, np.ndarray], feeds: dict[str, np.ndarray]) -> None:
+        """Never hand back NaN/inf: finite inputs of huge magnitude (|x| ~ 1e38 in float32) can
+        overflow inside the model, and a model with non-finite weights gives NaN for any input."""
+        for name, array in outputs.items():
+            bad = array.size - int(np.isfinite(array).sum())
+            if bad:
+                cause = ("inputs_embeds too large for float32 arithmetic (largest |x| = "
+                         f"{float(np.abs(feeds[contract.INPUTS_EMBEDS]).max()):.3g}), or "
+                         if contract.INPUTS_EMBEDS in feeds else "")
+                raise InputError(
+                    f"the model produced {bad} non-finite value(s) in {name} for these inputs: {cause}"
+                    "the model's weights hold NaN/inf; nothing was returned"
+                )
 
     def _run_bound(self, feeds: dict[str, np.ndarray], device: str, device_id: int) -> dict[str, np.ndarray]:
         """Run with IO binding: inputs copied to `device` once, outputs allocated there by
@@ -201,6 +221,8 @@ class Runtime:
         name = self.select_output(output)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r} must be a positive integer")
+        if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
+            raise InputError(f"sequences must be a list of sequences, got {type(sequences).__name__}; wrap one sequence as [sequence]")
         arrays = [self._checked_sequence(i, s) for i, s in enumerate(sequences)]
         width = self.config.hidden_size
         pooled = name == contract.SENTENCE_EMBEDDING

@@ -11,7 +11,7 @@ from ortformer import contract
 from ortformer.config import preset
 from ortformer.errors import ConfigError, ExportError, ParityError
 from ortformer.exporter import export, grid
-from ortformer.exporter.parity import example_shape
+from ortformer.parity import example_shape
 from ortformer.models import build_encoder
 
 # a covering set: every attention kind, both norms and norm positions, every
@@ -175,3 +175,12 @@ def test_quantize_needs_a_float32_export(tmp_path):
         export(preset("tiny"), tmp_path / "m.onnx", dtype="float16", quantize="int8")
     with pytest.raises(ExportError, match="quantize='int4'"):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
+
+
+def test_fused_ops_are_contrib_kernels_and_can_be_turned_off(tmp_path):
+    fused, plain = tmp_path / "fused.onnx", tmp_path / "plain.onnx"
+    export(preset("tiny"), fused, parity=False)
+    export(preset("tiny"), plain, fused_ops=False)  # the standard-ops graph passes the gate too
+    contrib = {(n.domain, n.op_type) for n in onnx.load(str(fused)).graph.node if n.domain}
+    assert contrib == {("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "Gelu")}
+    assert all(n.domain in ("", "ai.onnx") for n in onnx.load(str(plain)).graph.node)

@@ -48,7 +48,7 @@ def test_linear_family_never_materialises_n_by_n(attention, tmp_path):
 
 def test_the_walk_detects_unfused_softmax_scores(tmp_path):
     path = tmp_path / "m.onnx"
-    export(preset("tiny"), path, parity=False, fused_attention=False)
+    export(preset("tiny"), path, parity=False, fused_ops=False)
     assert any(s[-2:] == (N, N) for s in quadratic(intermediate_shapes(path)).values())
 
 

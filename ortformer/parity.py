@@ -19,8 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-from .. import contract
-from ..config import EncoderConfig
+from . import contract
+from .config import EncoderConfig
 
 GATES = {
     "float32": {"max_abs": 1e-4, "min_cosine": 0.99999},

@@ -1,0 +1,84 @@
+"""Offline graph optimization: do onnxruntime's graph rewrites once, not at every start.
+
+onnxruntime rewrites the graph (constant folding, LayerNorm/GELU/bias fusions,
+layout choices) each time a session is created. `optimize_offline` runs those
+rewrites once for the CPU provider, checks the result against the original on
+the parity grid, and writes a file whose metadata says so. A Runtime opening such
+a file on CPU with the same onnxruntime version skips the rewrites.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .. import contract
+from ..errors import ModelFileError
+from ..parity import compare, grid, make_inputs
+from .modelfile import ModelFile, read_model_file
+
+META_OPTIMIZED = "ortformer.optimized"
+MAX_ABS, MIN_COSINE = 1e-4, 0.99999  # the float32 parity gate: a rewrite may not change the math
+
+
+def optimized_for_cpu(model_file: ModelFile) -> bool:
+    """True when the file was optimized offline for the CPU provider by this onnxruntime."""
+    try:
+        record = json.loads(model_file.metadata.get(META_OPTIMIZED, "{}"))
+    except ValueError:
+        return False
+    return record.get("provider") == "cpu" and record.get("onnxruntime") == ort.__version__
+
+
+def optimize_offline(path, out, *, force: bool = False) -> dict:
+    """Write an onnxruntime-optimized copy of ``path`` to ``out`` (atomically); return the check."""
+    source = read_model_file(path)
+    if source.external_files:
+        raise ModelFileError(f"{path} keeps its weights in a side file; offline optimization handles inline models (< 2 GB)")
+    out = Path(out)
+    if out.exists() and not force:
+        raise ModelFileError(f"{out} already exists; pass force=True (--force) to replace it")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp.onnx", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        options = ort.SessionOptions()
+        # EXTENDED, not ALL: ALL adds layout changes tied to this machine's instruction set
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(tmp)
+        ort.InferenceSession(str(source.path), options, providers=["CPUExecutionProvider"])
+        model = onnx.load(str(tmp))
+        del model.metadata_props[:]
+        for key, value in {**source.metadata, META_OPTIMIZED: json.dumps(
+                {"onnxruntime": ort.__version__, "provider": "cpu", "level": "extended"})}.items():
+            model.metadata_props.add(key=key, value=value)
+        onnx.save(model, str(tmp))
+        check = _compare(source.path, tmp, source.config)
+        if not check["passed"]:
+            raise ModelFileError(f"the optimized graph differs from the original beyond the float32 gate: {check}")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return check
+
+
+def _compare(original: Path, optimized: Path, cfg) -> dict:
+    """Both graphs on the parity grid's inputs; max_abs and min_cosine over every case."""
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    a = ort.InferenceSession(str(original), plain, providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(optimized), plain, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    worst = {"max_abs": 0.0, "min_cosine": 1.0}
+    for case in grid(cfg):
+        feeds = make_inputs(cfg, case, rng)
+        for name, x, y in zip(contract.output_names(cfg), a.run(None, feeds), b.run(None, feeds)):
+            m = compare(name, y, x, feeds[contract.ATTENTION_MASK])
+            worst = {"max_abs": max(worst["max_abs"], m["max_abs"]), "min_cosine": min(worst["min_cosine"], m["min_cosine"])}
+    return {**worst, "passed": worst["max_abs"] <= MAX_ABS and worst["min_cosine"] >= MIN_COSINE,
+            "cases": len(grid(cfg))}

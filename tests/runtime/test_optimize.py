@@ -1,0 +1,38 @@
+"""Offline optimization: same outputs, fused graph, and a Runtime that skips re-optimizing."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from ortformer.cli import cli
+from ortformer.errors import ModelFileError
+from ortformer.runtime import Runtime
+from ortformer.runtime.optimize import META_OPTIMIZED, optimize_offline, optimized_for_cpu
+
+
+def test_optimized_model_matches_and_is_fused(tokens_model, tmp_path, rng):
+    out = tmp_path / "opt.onnx"
+    check = optimize_offline(tokens_model, out)
+    assert check["passed"] and check["max_abs"] <= 1e-4 and check["cases"] >= 10
+    ops = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert "SkipLayerNormalization" in ops  # residual + LayerNorm folded
+    original, optimized = Runtime(tokens_model, "cpu"), Runtime(out, "cpu")
+    assert optimized_for_cpu(optimized.model_file) and not optimized_for_cpu(original.model_file)
+    assert json.loads(optimized.metadata[META_OPTIMIZED])["provider"] == "cpu"
+    assert optimized.config == original.config and optimized.source == original.source
+    ids = rng.integers(0, original.config.vocab_size, (3, 11))
+    for name, value in original.run(input_ids=ids).items():
+        np.testing.assert_allclose(optimized.run(input_ids=ids)[name], value, rtol=0, atol=1e-4)
+
+
+def test_existing_output_needs_force(tokens_model, tmp_path):
+    out = tmp_path / "opt.onnx"
+    out.write_bytes(b"keep")
+    with pytest.raises(ModelFileError, match="already exists"):
+        optimize_offline(tokens_model, out)
+    assert out.read_bytes() == b"keep"
+    result = CliRunner().invoke(cli, ["optimize", str(tokens_model), "-o", str(out), "--force"])
+    assert result.exit_code == 0 and "wrote" in result.stdout and "max_abs=" in result.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["opt.onnx"]
