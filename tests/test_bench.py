@@ -29,7 +29,7 @@ def test_report_schema(quick):
 
 def test_latency_compares_every_contender_against_eager(quick):
     rows = {r["contender"]: r for r in quick[2]["scenarios"]["latency"]["rows"]}
-    assert set(rows) == {"eager", "ort_float32", "ort_float32_unfused", "ort_int8"}
+    assert set(rows) == {"eager", "ort_float32", "ort_float32_unfused", "ort_int8", "ort_float32_arena"}
     assert rows["eager"]["speedup_vs_eager"] == 1
     assert all(r["median_ms"] > 0 for r in rows.values())
 

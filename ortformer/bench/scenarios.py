@@ -64,6 +64,11 @@ def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     variants = {"ort_float32": {}, "ort_float32_unfused": {"fused_ops": False}, "ort_int8": {"quantize": "int8"}}
     runtimes = {name: Runtime(_exported(workdir, model, f"{cfg.name}_{name}", **options), "cpu", threads=threads)
                 for name, options in variants.items()}
+    # onnxruntime's own defaults (CPU arena and memory patterns on) beside ours (both off,
+    # so memory stays bounded under varying shapes): the price of that choice, measured
+    arena = ort.SessionOptions()
+    arena.intra_op_num_threads = threads
+    runtimes["ort_float32_arena"] = Runtime(runtimes["ort_float32"].path, "cpu", session_options=arena)
     feeds = _token_feeds(cfg, 1, n)
     stats = side_by_side({"eager": _eager(model, feeds), **{k: _ort(r, feeds) for k, r in runtimes.items()}}, iterations)
     eager = stats["eager"]["median_s"]
