@@ -130,3 +130,24 @@ def test_check_refuses_a_foreign_file(tmp_path):
     path = tmp_path / "x.onnx"
     path.write_bytes(b"\x00not onnx")
     assert fail("check", path).startswith("error: ")
+
+
+def test_export_writes_a_triton_repository_entry(tmp_path):
+    model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    from google.protobuf import text_format
+
+    repo = tmp_path / "models"
+    out = invoke("export", "--preset", "tiny", "--no-parity", "-o", tmp_path / "tiny.onnx",
+                 "--triton-repo", repo, "--triton-name", "enc", "--max-batch-size", "16").stdout
+    assert f"triton:  {repo / 'enc'}" in out
+    config = text_format.Parse((repo / "enc" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert (config.name, config.platform, config.max_batch_size) == ("enc", "onnxruntime_onnx", 16)
+    assert [i.name for i in config.input] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert (repo / "enc" / "1" / "model.onnx").read_bytes() == (tmp_path / "tiny.onnx").read_bytes()
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".hidden"])
+def test_bad_triton_name_is_refused_before_exporting(name, tmp_path):
+    assert "Triton model name" in fail("export", "--preset", "tiny", "-o", tmp_path / "m.onnx",
+                                       "--triton-repo", tmp_path / "models", "--triton-name", name)
+    assert list(tmp_path.iterdir()) == []

@@ -94,9 +94,15 @@ def architecture_options(func):
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
+@click.option("--triton-repo", type=click.Path(file_okay=False),
+              help="Also write a Triton Inference Server repository entry DIR/NAME/{config.pbtxt,1/model.onnx}.")
+@click.option("--triton-name", help="Model name in the Triton repository (default: the output file's stem).")
+@click.option("--max-batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Triton max_batch_size (with --triton-repo).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
 def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops, seed, output, opset,
-                   dtype, quantize, force, no_parity, keep_failed, as_json, **flags):
+                   dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
+                   as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
 
     \b
@@ -106,9 +112,14 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
+      ortformer export --preset tiny -o tiny.onnx --triton-repo models --triton-name tiny
     """
     from ..errors import require_torch
 
+    if triton_repo:  # refuse a bad repository name before spending time on the export
+        from ..scale.triton import check_name
+
+        check_name(triton_name or Path(output).stem)
     if from_path and (preset_name or config_file or any(v is not None for v in flags.values())):
         raise ConfigError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
     cfg = None if from_path else config_from_options(preset_name, config_file, flags)
@@ -136,7 +147,14 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
                     force=force, keep_failed=keep_failed, progress=progress, source=source,
                     tokenizer=tokenizer, text_max_length=text_max_length,
                     fused_ops=not no_fused_ops)
+    triton_entry = None
+    if triton_repo:
+        from ..scale.triton import write_triton_repo
+
+        triton_entry = write_triton_repo(result.path, triton_repo, name=triton_name, max_batch_size=max_batch_size,
+                                         force=force)
     summary = {
+        "triton": str(triton_entry) if triton_entry else None,
         "path": str(result.path), "files": [str(f) for f in result.files], "size_bytes": result.size_bytes,
         "parameters": result.parameters, "seconds": round(result.seconds, 2), "source": result.source,
         "inputs": contract.input_shapes(cfg), "outputs": contract.output_shapes(cfg),
@@ -152,6 +170,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     parity_text = "skipped (--no-parity)" if result.report.get("skipped") else summary_line(result.report)
     click.echo(f"  parity:  {parity_text}")
     click.echo(f"  time:    {result.seconds:.1f} s")
+    if triton_entry:
+        click.echo(f"  triton:  {triton_entry}")
 
 
 
