@@ -1,9 +1,7 @@
 """`ortformer export` and `ortformer check` through click's CliRunner."""
 import json
 import os
-import warnings
 
-import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner

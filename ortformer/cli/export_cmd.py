@@ -4,8 +4,6 @@ torch is imported inside the commands, so `ortformer infer` works without it.
 """
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import click

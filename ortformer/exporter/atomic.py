@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 
 from ..errors import ExportError
+from ..fsutil import fsync_dir, fsync_file
 
 # protobuf refuses messages over 2 GiB; stay clear of it with weights inline
 INLINE_LIMIT_BYTES = 1_800_000_000
@@ -36,11 +37,6 @@ def external_data_files(onnx_path: Path) -> set[str]:
                 if entry.key == "location":
                     locations.add(entry.value)
     return locations
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
 
 
 @dataclass
@@ -84,11 +80,11 @@ class StagedModel:
         folder = self.dest.parent
         old_data = external_data_files(self.dest) if self.dest.exists() else set()
         for staged in self.files():
-            _fsync(staged)
+            fsync_file(staged)
         for name in self._side():
             os.replace(self.tmpdir / name, folder / name)
         os.replace(self.path, self.dest)
-        _fsync_dir(folder)
+        fsync_dir(folder)
         for name in old_data - {self.data_name}:
             stale = folder / name
             # only ever delete files inside the destination folder
@@ -105,19 +101,6 @@ class StagedModel:
 
     def discard(self) -> None:
         shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def check_destination(dest: Path, force: bool) -> None:

@@ -15,7 +15,6 @@ import copy
 import logging
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from ..errors import ExportError

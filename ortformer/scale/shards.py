@@ -29,8 +29,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..fsutil import replace_synced, temp_beside
 from ..errors import InputError, MissingExtraError
 
 FORMAT = 1
@@ -365,12 +364,8 @@ def read_json(path: Path) -> dict | None:
 
 
 def _temp(folder: Path, name: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    return Path(tmp)
+    return temp_beside(folder / name)
 
 
 def _replace(tmp: Path, dest: Path) -> None:
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
-    os.replace(tmp, dest)
+    replace_synced(tmp, dest)  # the bytes are on disk before the name points at them

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -25,6 +24,7 @@ import onnx
 
 from .. import __version__, contract
 from ..config import EncoderConfig
+from ..fsutil import replace_synced, temp_beside
 from ..errors import ConfigError, ExportError, ModelFileError
 
 PLATFORM = "onnxruntime_onnx"
@@ -323,20 +323,15 @@ def _atomic_write(dest: Path, text: str) -> None:
 
 
 def _temp_beside(dest: Path) -> Path:
-    # same folder as dest, so os.replace is a rename on one filesystem; Triton ignores
-    # files in a version folder other than model.onnx and its data
+    # Triton ignores files in a version folder other than model.onnx and its data
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        return temp_beside(dest)
     except OSError as exc:
         raise ExportError(f"cannot write into {dest.parent}: {exc.strerror or exc}") from None
-    os.close(fd)
-    return Path(name)
 
 
 def _commit(tmp: Path, dest: Path) -> None:
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
     try:
-        os.replace(tmp, dest)
+        replace_synced(tmp, dest)
     except OSError as exc:
         raise ExportError(f"cannot write {dest}: {exc.strerror or exc}") from None

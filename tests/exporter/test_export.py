@@ -9,7 +9,7 @@ import torch
 
 from ortformer import contract
 from ortformer.config import preset
-from ortformer.errors import ConfigError, ExportError, ParityError
+from ortformer.errors import ExportError, ParityError
 from ortformer.exporter import export, grid
 from ortformer.parity import example_shape
 from ortformer.models import build_encoder
