@@ -149,3 +149,21 @@ def test_bad_triton_name_is_refused_before_exporting(name, tmp_path):
     assert "Triton model name" in fail("export", "--preset", "tiny", "-o", tmp_path / "m.onnx",
                                        "--triton-repo", tmp_path / "models", "--triton-name", name)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verb", [["export", "--preset", "tiny"], ["check", "MODEL"], ["bench", "--quick"]])
+def test_torch_verbs_without_torch_name_the_extra(verb, tmp_path):
+    """In a process where torch cannot be imported, torch verbs say which extra to install."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"placeholder")
+    args = [str(model) if a == "MODEL" else a for a in verb] + (["-o", str(tmp_path / "o.onnx")] if verb[0] == "export" else [])
+    code = ("import sys; sys.modules['torch'] = None\n"  # makes `import torch` raise ImportError
+            "from ortformer.cli import cli\n"
+            f"cli({args!r}, prog_name='ortformer')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "pip install 'ortformer[export]'" in done.stderr
