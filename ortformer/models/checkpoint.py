@@ -23,6 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..config import EncoderConfig
+from ..cost import parameter_count
 from ..errors import CheckpointError, ConfigError
 from .encoder import Encoder, build_encoder
 
@@ -77,7 +78,7 @@ def read_safetensors_header(path: Path) -> tuple[dict, list[str]]:
 
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested deep
         raise CheckpointError(f"{path} has a corrupt safetensors header (not JSON): {exc}") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path} has a corrupt safetensors header: expected a JSON object")
@@ -229,6 +230,14 @@ def shapes_of(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
 def encoder_from_tensors(cfg: EncoderConfig, tensors: Tensors, *, what: str, duplicates=(),
                          dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> Encoder:
     """Check ``tensors`` against ``cfg`` and load them into a fresh Encoder (eval mode, float32)."""
+    # a config is text: one claiming hidden_size=65536 and 500 layers would have build_encoder
+    # allocate terabytes before any tensor is checked. Build only what the file could fill.
+    want, have = parameter_count(cfg), sum(t.numel() for t in tensors.values())
+    if want > 4 * have + 1_000_000:
+        raise CheckpointError(
+            f"{what}: its config describes a model of {want:,} parameters but the file holds {have:,} values; "
+            "the config does not belong to these weights"
+        )
     # the real model is the reference for names and shapes: one build, reused for loading
     # (a meta-device build looks free but costs seconds on its first use in a process)
     model = build_encoder(cfg, seed=0)
@@ -245,8 +254,8 @@ def _config_from(folder: Path, metadata: dict[str, str], explicit: EncoderConfig
         from_meta = EncoderConfig.from_json(metadata[META_CONFIG]) if META_CONFIG in metadata else None
         config_file = folder / CONFIG_NAME
         from_file = EncoderConfig.from_json(config_file.read_text(encoding="utf-8")) if config_file.is_file() else None
-    except ConfigError as exc:
-        raise CheckpointError(f"checkpoint in {folder} has an invalid config: {exc}") from None
+    except (ConfigError, OSError, UnicodeDecodeError, RecursionError) as exc:  # unreadable, not UTF-8, nested deep
+        raise CheckpointError(f"checkpoint in {folder} has an invalid config: {type(exc).__name__}: {exc}") from None
     if explicit is not None:
         return explicit
     if from_file is not None and from_meta is not None and from_file != from_meta:
@@ -303,12 +312,25 @@ def _stage(dest: Path, write: Callable[[Path], None]) -> Path:
     return tmp
 
 
+def _redundant_config(folder: Path) -> bool:
+    """True when folder/config.json says exactly what the old weight file's own metadata says."""
+    try:
+        header, _ = read_safetensors_header(folder / WEIGHTS_NAME)
+        embedded = (header.get("__metadata__") or {}).get(META_CONFIG)
+        return embedded is not None and (
+            EncoderConfig.from_json(embedded) == EncoderConfig.from_json((folder / CONFIG_NAME).read_text(encoding="utf-8")))
+    except (CheckpointError, ConfigError, OSError, ValueError, RecursionError, AttributeError):
+        return False
+
+
 def save_checkpoint(model: Encoder, directory, *, force: bool = False, tokenizer=None) -> Path:
     """Write ``directory/model.safetensors`` then ``directory/config.json``, each atomically.
 
-    Both files are staged and fsynced first; the weights are replaced before the
-    config, and the weight file carries the config in its metadata, so a reader
-    never loads a silently mismatched pair. ``tokenizer`` (a tokenizer.json) is
+    Both files are staged and fsynced first; an old config.json that only repeats
+    the old weight file's embedded config is removed, then the weights are replaced
+    before the config. The weight file carries the config in its metadata, so a
+    reader (or a process killed at any point) sees the old checkpoint or the new
+    one, never a mismatched pair. ``tokenizer`` (a tokenizer.json) is
     copied beside them. An existing checkpoint is replaced only with force=True;
     other files in the folder are left alone. Returns the folder.
     """
@@ -337,6 +359,12 @@ def save_checkpoint(model: Encoder, directory, *, force: bool = False, tokenizer
         folder.mkdir(parents=True, exist_ok=True)
         for name, write in writers:
             staged.append((_stage(folder / name, write), folder / name))
+        if _redundant_config(folder):
+            # the old weights carry the old config: without config.json the folder still loads
+            # as the old checkpoint, and a process killed between the two replaces below leaves
+            # new weights alone (loading as the new one) instead of new weights + old config.json
+            (folder / CONFIG_NAME).unlink()
+            _fsync_dir(folder)
         for tmp, dest in staged:  # weights first: see the docstring
             os.replace(tmp, dest)
         _fsync_dir(folder)

@@ -5,17 +5,22 @@ What is checked, in order, each failure a ModelFileError that names the file and
 2. it carries ortformer metadata of a format this runtime reads, a valid config,
    a JSON parity report, a version and a source;
 3. the graph's inputs and outputs are the contract's for that config (ortformer.contract);
-4. every external-data location stays inside the model's folder and its file holds
-   the bytes the tensor claims (offset + length <= file size).
+4. every tensor holds the bytes its dims and type declare (inline or external);
+   every external-data location stays inside the model's folder and its file holds
+   the bytes the tensor claims (offset + length <= file size);
+5. the tokenizer named in the metadata, if any, lies inside the model's folder.
 
 Step 4 matters because onnxruntime follows `location` wherever it points: a model
 downloaded from elsewhere could otherwise make the runtime read /etc/... or
-../../secret as weights. Symlinks are resolved before the containment check.
+../../secret as weights. Symlinks are resolved before the containment check, and a
+file with more than one hard link is refused (see resolve_inside).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Iterator
@@ -67,10 +72,19 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
     """Parse and validate `path`; raise ModelFileError saying what is wrong."""
     path = Path(path)
     model = _load_proto(path)
-    metadata = {p.key: p.value for p in model.metadata_props}
-    config, parity = _check_metadata(path, metadata)
-    inputs, outputs = _check_graph_io(path, model.graph, config)
-    external = _check_external_data(path, model)
+    try:
+        metadata = {p.key: p.value for p in model.metadata_props}
+        config, parity = _check_metadata(path, metadata)
+        inputs, outputs = _check_graph_io(path, model.graph, config)
+        _check_text(path, model.graph)
+        _check_tables(path, model.graph, config)
+        external = _check_external_data(path, model)
+        if metadata.get(contract.META_TOKENIZER):  # refused here, before onnxruntime opens the model
+            resolve_inside(path.absolute().parent, metadata[contract.META_TOKENIZER],
+                           f"{path}: '{contract.META_TOKENIZER}' metadata")
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        # damage that parses: e.g. a string field holding invalid UTF-8 comes back as bytes
+        raise ModelFileError(f"{path}: malformed ONNX content ({type(exc).__name__}: {exc}); the file is corrupt") from None
     return ModelFile(
         path=path, config=config, metadata=metadata, parity=parity,
         source=metadata[contract.META_SOURCE], version=metadata[contract.META_VERSION],
@@ -115,11 +129,11 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
         raise ModelFileError(f"{path}: ortformer metadata key(s) {missing} are missing; required: {list(contract.REQUIRED_META)}")
     try:
         config = EncoderConfig.from_json(metadata[contract.META_CONFIG])
-    except ConfigError as exc:
+    except (ConfigError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
         raise ModelFileError(f"{path}: bad '{contract.META_CONFIG}' metadata: {exc}") from None
     try:
         parity = json.loads(metadata[contract.META_PARITY])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata is not valid JSON: {exc}") from None
     if not isinstance(parity, dict):
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
@@ -145,7 +159,48 @@ def _check_graph_io(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig):
     for spec in inputs:
         if spec.dtype not in _ALLOWED_INPUT_TYPES[spec.name]:
             raise ModelFileError(f"{path}: graph input {spec.name} has type {spec.dtype}; the contract allows {list(_ALLOWED_INPUT_TYPES[spec.name])}")
+    # shapes too: a config whose hidden_size differs from the graph's would pass input validation
+    # and then fail (or silently mis-shape) inside onnxruntime
+    declared = {**contract.input_shapes(cfg), **contract.output_shapes(cfg)}
+    for spec in inputs + outputs:
+        if list(spec.shape) != declared[spec.name]:
+            raise ModelFileError(f"{path}: graph {spec.name} has shape {list(spec.shape)}; the contract for its config declares {declared[spec.name]}")
     return inputs, outputs
+
+
+def _check_text(path: Path, graph: onnx.GraphProto) -> None:
+    """Names and op types are valid UTF-8 (protobuf hands invalid ones back as bytes)."""
+    texts = [t.name for t in graph.initializer] + [v.name for v in graph.value_info]
+    for node in graph.node:
+        texts += [node.op_type, node.domain, node.name, *node.input, *node.output]
+    bad = [t for t in texts if not isinstance(t, str)]
+    if bad:
+        raise ModelFileError(f"{path}: the graph holds names that are not valid UTF-8, e.g. {bad[0]!r}; the file is corrupt")
+
+
+def _check_tables(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig) -> None:
+    """A table gathered directly by input_ids / token_type_ids has the config's number of rows:
+    the runtime checks ids against the config, and onnxruntime's CUDA Gather silently reads
+    zeros past the table's end."""
+    rows = {t.name: t.dims[0] for t in graph.initializer if len(t.dims) == 2}
+    want = {contract.INPUT_IDS: ("vocab_size", cfg.vocab_size), contract.TOKEN_TYPE_IDS: ("type_vocab_size", cfg.type_vocab_size)}
+    widths = {t.name: t.dims[1] for t in graph.initializer if len(t.dims) == 2}
+    for node in graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in want and node.input[0] in rows:
+            field_name, size = want[node.input[1]]
+            if rows[node.input[0]] != size:
+                raise ModelFileError(
+                    f"{path}: the table {node.input[0]!r} gathered by {node.input[1]} has {rows[node.input[0]]} rows, "
+                    f"but the config says {field_name}={size}: the metadata does not describe this graph"
+                )
+        # a position table (learned or sinusoidal) is a (P, hidden) constant sliced to the sequence
+        # length: one shorter than max_positions would fail inside onnxruntime on valid lengths
+        if (node.op_type == "Slice" and cfg.positions != "none" and node.input and node.input[0] in rows
+                and widths[node.input[0]] == cfg.hidden_size and rows[node.input[0]] < cfg.max_positions):
+            raise ModelFileError(
+                f"{path}: the position table {node.input[0]!r} has {rows[node.input[0]]} rows, but the config says "
+                f"max_positions={cfg.max_positions}: the metadata does not describe this graph"
+            )
 
 
 def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -174,26 +229,86 @@ def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
         yield from node_tensors(function.node)
 
 
+# onnxruntime reads external data whose location is this marker from a raw memory address
+_ORT_MEMORY_TAG = "_ORT_MEM_ADDR_"
+_FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
+
+
+def _declared_bytes(path: Path, tensor: onnx.TensorProto) -> int | None:
+    """Bytes the tensor's dims and element type declare (None for strings: variable size)."""
+    if any(d < 0 for d in tensor.dims):
+        raise ModelFileError(f"{path}: tensor {tensor.name!r} has negative dims {list(tensor.dims)}")
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return None
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except Exception:  # an element type this onnx does not know
+        raise ModelFileError(f"{path}: tensor {tensor.name!r} has unknown element type {tensor.data_type}") from None
+    count = math.prod(tensor.dims)  # a Python int: a huge product cannot overflow
+    return (count + 1) // 2 if tensor.data_type in _FOUR_BIT else count * itemsize
+
+
+def _inline_capacity(tensor: onnx.TensorProto) -> int | None:
+    """Upper bound on the bytes an inline tensor really holds; None if it cannot be told."""
+    if tensor.HasField("raw_data"):
+        return tensor.ByteSize()  # >= len(raw_data), without copying the bytes out
+    try:
+        field_name = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+    except Exception:
+        return None
+    # a typed entry holds at most 8 bytes of element data (int64/double/uint64; 2 int4 in an int32)
+    return 8 * len(getattr(tensor, field_name))
+
+
 def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]:
+    """Every tensor's data is as large as its dims declare; external data stays inside the folder.
+
+    A declared size beyond the data actually present (a dims product in the exabytes, an
+    external length past the end of its file) is refused here, before onnxruntime tries to
+    allocate or read it.
+    """
     folder = path.absolute().parent
     files: dict[Path, None] = {}  # ordered set
     for tensor in _tensors(model):
+        declared = _declared_bytes(path, tensor)
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            capacity = _inline_capacity(tensor)
+            if declared is not None and capacity is not None and declared > capacity:
+                raise ModelFileError(
+                    f"{path}: tensor {tensor.name!r} declares dims {list(tensor.dims)} ({declared} bytes) "
+                    f"but holds {capacity} bytes: the file is corrupt or hostile"
+                )
             continue
-        info = {entry.key: entry.value for entry in tensor.external_data}
         what = f"external data of tensor {tensor.name!r}"
+        keys = [entry.key for entry in tensor.external_data]
+        if len(keys) != len(set(keys)):  # readers disagree on which duplicate wins
+            raise ModelFileError(f"{path}: {what} repeats a key: {keys}")
+        info = {entry.key: entry.value for entry in tensor.external_data}
         if not info.get("location"):
             raise ModelFileError(f"{path}: {what} has no 'location'")
+        if _ORT_MEMORY_TAG in info["location"]:
+            raise ModelFileError(f"{path}: {what} has location {info['location']!r}, onnxruntime's in-memory marker")
         target = resolve_inside(folder, info["location"], f"{path}: {what}")
+        # plain ASCII digits only: Python's int() also takes "1_000" and other scripts' digits,
+        # which onnxruntime would read differently
+        numbers = {key: info[key] for key in ("offset", "length") if key in info}
+        if not all(re.fullmatch(r"[0-9]{1,20}", value) for value in numbers.values()):
+            raise ModelFileError(f"{path}: {what} has a non-integer offset or length: {numbers}")
+        offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
         try:
-            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
-        except ValueError:
-            raise ModelFileError(f"{path}: {what} has a non-integer offset or length: {info}") from None
-        size = target.stat().st_size
-        if offset < 0 or offset > size or (length >= 0 and offset + length > size):
+            size = target.stat().st_size
+        except OSError as exc:
+            raise ModelFileError(f"{path}: {what}: cannot read {info['location']!r}: {exc.strerror or exc}") from None
+        available = length if length >= 0 else size - offset
+        if offset > size or (length >= 0 and offset + length > size):
             raise ModelFileError(
                 f"{path}: {what} wants bytes [{offset}, {offset + max(length, 0)}) of {info['location']!r}, "
                 f"which holds {size} bytes: the data file is truncated or belongs to another model"
+            )
+        if declared is not None and declared > available:
+            raise ModelFileError(
+                f"{path}: {what} declares dims {list(tensor.dims)} ({declared} bytes) but {info['location']!r} "
+                f"provides {available} bytes from offset {offset}: the data file is truncated or the model is hostile"
             )
         files[target] = None
     return tuple(files)
@@ -202,20 +317,35 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]
 def resolve_inside(folder: Path, name: str, what: str) -> Path:
     """The existing file `name` relative to `folder`, refusing anything that leaves it.
 
-    Refused: absolute paths (POSIX or Windows spelling), any `..` component, and names
-    whose resolved path (symlinks followed) is outside the resolved folder.
+    Refused: absolute paths (POSIX or Windows spelling), any `..` component, names
+    whose resolved path (symlinks followed) is outside the resolved folder, and files
+    with more than one hard link. A hard link is a second name for a file that may live
+    anywhere on the same filesystem (a tar member, `cp -al`, a cache that links): no
+    path check can see where its other names are, and a hostile graph can route weight
+    bytes to its outputs. Such a file is refused; copying it gives it a single link.
     """
     valid = "a plain file name or relative path inside the model's folder"
+    if "\0" in name:
+        raise ModelFileError(f"{what}: location {name!r} contains a NUL byte; only {valid} is allowed")
     if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
         raise ModelFileError(f"{what}: location {name!r} is an absolute path; only {valid} is allowed")
     if ".." in PureWindowsPath(name).parts:  # Windows parsing splits on both / and \
         raise ModelFileError(f"{what}: location {name!r} contains '..'; only {valid} is allowed")
-    root = folder.resolve()
-    target = (folder / name).resolve()
-    if not target.is_relative_to(root):
-        raise ModelFileError(f"{what}: location {name!r} resolves to {target}, outside the model's folder {root} (symlink?)")
-    if not target.is_file():
-        raise ModelFileError(f"{what}: file {name!r} is missing from the model's folder {root}")
+    try:
+        root = folder.resolve()
+        target = (folder / name).resolve()
+        if not target.is_relative_to(root):
+            raise ModelFileError(f"{what}: location {name!r} resolves to {target}, outside the model's folder {root} (symlink?)")
+        if not target.is_file():
+            raise ModelFileError(f"{what}: file {name!r} is missing from the model's folder {root}")
+        links = target.stat().st_nlink
+    except OSError as exc:  # a name too long, a permission denied on the way
+        raise ModelFileError(f"{what}: cannot check location {name!r}: {exc.strerror or exc}") from None
+    if links > 1:
+        raise ModelFileError(
+            f"{what}: file {name!r} has {links} hard links; a hard link may be a second name for a file outside "
+            "the model's folder, so only files with a single link are read (copy it: cp FILE FILE.tmp && mv FILE.tmp FILE)"
+        )
     return target
 
 
