@@ -133,8 +133,8 @@ class EncoderConfig:
     def from_json(cls, text: str) -> "EncoderConfig":
         try:
             data = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"config is not valid JSON: {exc}") from None
+        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested input
+            raise ConfigError(f"config is not valid JSON: {type(exc).__name__}: {exc}") from None
         return cls.from_dict(data)
 
 

@@ -24,7 +24,7 @@ from ..cost import parameter_count
 from ..errors import ExportError, ParityError
 from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
-from .atomic import StagedModel, set_metadata, stage_model
+from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 
@@ -178,18 +178,16 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     dest = Path(path)
     if dest.suffix != ".onnx":
         raise ExportError(f"output path {dest} must end in .onnx")
+    check_destination(dest.absolute(), force)  # refuse before spending a trace; checked again at commit
 
     step("tracing with torch.onnx.export (dynamo)")
     with _attention_fusion(model, fused_ops):
         proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset, fused_ops)
     source = source or default_source
-    meta = {
-        contract.META_FORMAT: contract.FORMAT,
-        contract.META_VERSION: __version__,
-        contract.META_CONFIG: cfg.to_json(),
-        contract.META_SOURCE: source,
-        contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
-    }
+    # optional keys first, required ones after: protobuf has no end marker, so a file cut
+    # between two fields still parses; cut anywhere before the last required key, it is
+    # refused as incomplete instead of loading without its optional metadata
+    meta = {}
     tokenizer_name = f"{dest.stem}.tokenizer.json"
     if tokenizer is not None:
         if not Path(tokenizer).is_file():
@@ -199,6 +197,13 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_positions:
             raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_positions}]")
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
+    meta.update({
+        contract.META_FORMAT: contract.FORMAT,
+        contract.META_VERSION: __version__,
+        contract.META_CONFIG: cfg.to_json(),
+        contract.META_SOURCE: source,
+        contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
+    })
     set_metadata(proto, meta)
     step("writing")
     staged = stage_model(proto, dest, force)

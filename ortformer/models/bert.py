@@ -61,8 +61,8 @@ class BertImport:
 def _read_json(path: Path, kind: type = dict):
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting bombs
+        raise CheckpointError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, kind):
         raise CheckpointError(f"{path} must hold a JSON {kind.__name__}, got {type(data).__name__}")
     return data

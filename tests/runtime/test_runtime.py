@@ -52,7 +52,7 @@ def test_exposes_metadata(tokens_rt, tokens_model):
     assert tokens_rt.path == tokens_model
     assert tokens_rt.provider == "cpu" and tokens_rt.device_id is None
     assert tokens_rt.source == "random-init:seed=0"
-    assert tokens_rt.parity == {"skipped": True, "reason": "parity disabled by the caller"}
+    assert tokens_rt.parity == {"skipped": True, "reason": "parity disabled by the caller", "dtype": "float32"}
     assert tokens_rt.metadata[contract.META_FORMAT] == contract.FORMAT
     assert tokens_rt.input_names == contract.input_names(tokens_rt.config)
     assert tokens_rt.output_names == contract.output_names(tokens_rt.config)
