@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 
@@ -32,7 +33,17 @@ def side_by_side(runners: dict[str, Callable[[], object]], iterations: int, warm
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set size so far (Linux reports KiB)."""
+    """This process's peak resident set size so far, in MB.
+
+    VmHWM from /proc: ru_maxrss is inherited across fork and kept across exec on
+    Linux, so a child started by a big parent would report the parent's peak.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

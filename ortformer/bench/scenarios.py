@@ -114,6 +114,9 @@ def throughput(workdir: Path, threads: int, quick: bool, iterations: int) -> dic
                                 100 * ort_fraction, ort_fraction >= 0.8, "%")]}
 
 
+POINT_BUDGET_S = 30
+
+
 def long_sequences(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     """4 layers, hidden 256, 4 heads, batch 1: latency and peak RSS against N, per kind."""
     lengths = [64, 256] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
@@ -129,6 +132,11 @@ def long_sequences(workdir: Path, threads: int, quick: bool, iterations: int) ->
             rows.append({"attention": kind, "sequence": n, **point})
             if point["status"] != "ok":
                 break  # longer sequences will not fit either
+            if point["seconds"] > POINT_BUDGET_S and n != lengths[-1]:
+                # doubling N at least doubles the time (4x for softmax): past the budget, stop
+                rows.append({"attention": kind, "sequence": 2 * n,
+                             "status": f"not run: {n} took {point['seconds']:.0f} s (> {POINT_BUDGET_S} s budget per point)"})
+                break
     ok = {(r["attention"], r["sequence"]): r for r in rows if r["status"] == "ok"}
     targets, crossover = [], None
     soft = {n: r["seconds"] for (k, n), r in ok.items() if k == "softmax"}
