@@ -19,6 +19,7 @@ import onnx
 
 from ..errors import ExportError
 from ..fsutil import fsync_dir, fsync_file
+from ..onnxfile import external_locations
 
 # protobuf refuses messages over 2 GiB; stay clear of it with weights inline
 INLINE_LIMIT_BYTES = 1_800_000_000
@@ -30,13 +31,7 @@ def external_data_files(onnx_path: Path) -> set[str]:
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception:  # an unreadable old file has no data files we can name
         return set()
-    locations = set()
-    for tensor in onnx.external_data_helper._get_all_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    locations.add(entry.value)
-    return locations
+    return external_locations(model)
 
 
 @dataclass

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, NamedTuple
 
@@ -24,6 +23,7 @@ from safetensors.torch import save_file
 
 from ..config import EncoderConfig
 from ..cost import parameter_count
+from ..fsutil import fsync_dir, fsync_file, temp_beside
 from ..errors import CheckpointError, ConfigError
 from .encoder import Encoder, build_encoder
 
@@ -284,28 +284,12 @@ def load_checkpoint(path, config: EncoderConfig | None = None) -> Encoder:
     return encoder_from_tensors(cfg, tensors, what=str(weights), duplicates=duplicates)
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on folders; the data is already synced
-        pass
-    finally:
-        os.close(fd)
-
-
 def _stage(dest: Path, write: Callable[[Path], None]) -> Path:
     """Write via ``write(tmp)`` to a temp file beside ``dest`` and fsync it; returns the temp path."""
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = temp_beside(dest)
     try:
         write(tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
+        fsync_file(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -364,10 +348,10 @@ def save_checkpoint(model: Encoder, directory, *, force: bool = False, tokenizer
             # as the old checkpoint, and a process killed between the two replaces below leaves
             # new weights alone (loading as the new one) instead of new weights + old config.json
             (folder / CONFIG_NAME).unlink()
-            _fsync_dir(folder)
+            fsync_dir(folder)
         for tmp, dest in staged:  # weights first: see the docstring
             os.replace(tmp, dest)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     except OSError as exc:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)

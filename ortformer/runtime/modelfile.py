@@ -23,11 +23,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Iterator
 
 import onnx
 
 from .. import contract
+from ..onnxfile import all_tensors
 from ..config import EncoderConfig
 from ..errors import ConfigError, ModelFileError
 
@@ -203,32 +203,6 @@ def _check_tables(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig) -> Non
             )
 
 
-def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    """Every TensorProto that may hold data: initializers and tensor attributes, subgraphs and functions included."""
-
-    def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-        yield from graph.initializer
-        for sparse in graph.sparse_initializer:
-            yield sparse.values
-            yield sparse.indices
-        yield from node_tensors(graph.node)
-
-    def node_tensors(nodes) -> Iterator[onnx.TensorProto]:
-        for node in nodes:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-                if attr.HasField("g"):
-                    yield from graph_tensors(attr.g)
-                for sub in attr.graphs:
-                    yield from graph_tensors(sub)
-
-    yield from graph_tensors(model.graph)
-    for function in model.functions:
-        yield from node_tensors(function.node)
-
-
 # onnxruntime reads external data whose location is this marker from a raw memory address
 _ORT_MEMORY_TAG = "_ORT_MEM_ADDR_"
 _FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
@@ -269,7 +243,7 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]
     """
     folder = path.absolute().parent
     files: dict[Path, None] = {}  # ordered set
-    for tensor in _tensors(model):
+    for tensor in all_tensors(model):
         declared = _declared_bytes(path, tensor)
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             capacity = _inline_capacity(tensor)

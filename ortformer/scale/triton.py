@@ -25,6 +25,7 @@ import onnx
 from .. import __version__, contract
 from ..config import EncoderConfig
 from ..fsutil import replace_synced, temp_beside
+from ..onnxfile import external_locations
 from ..errors import ConfigError, ExportError, ModelFileError
 
 PLATFORM = "onnxruntime_onnx"
@@ -259,21 +260,11 @@ def _inside(folder: Path, name: str, what: str) -> Path:
     return target
 
 
-def _locations(model: onnx.ModelProto) -> set[str]:
-    found = set()
-    for tensor in onnx.external_data_helper._get_all_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    found.add(entry.value)
-    return found
-
-
 def _external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
     """{location as written in the model: source file} for every external-data file."""
     folder = path.absolute().parent
     files = {}
-    for location in sorted(_locations(model)):
+    for location in sorted(external_locations(model)):
         source = _inside(folder, location, f"{path}: external data")
         if not source.is_file():
             raise ModelFileError(f"{path}: external data file {location!r} is missing from {folder}")
@@ -283,7 +274,7 @@ def _external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
 
 def _old_data_files(path: Path) -> set[str]:
     try:
-        return _locations(onnx.load(str(path), load_external_data=False)) if path.is_file() else set()
+        return external_locations(onnx.load(str(path), load_external_data=False)) if path.is_file() else set()
     except Exception:  # an unreadable old model has no data files we can name
         return set()
 
