@@ -1,12 +1,18 @@
-"""Hypothesis profiles for the whole suite, chosen with HYPOTHESIS_PROFILE (default "ci").
+"""Shared fixtures, and Hypothesis profiles chosen with HYPOTHESIS_PROFILE (default "ci").
 
 ci:   bounded and derandomized, so CI is reproducible and fast.
 soak: thousands of examples per property, random seeds (tests/reliability scales its
       own loops, e.g. thread calls and kill trials, from the profile's max_examples).
 """
 import os
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).parent / "runtime"))
+from exported_models import exported  # noqa: E402
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
@@ -17,3 +23,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# Models exported once per test session (cached in the session's temp folder),
+# shared by the runtime, CLI and reliability tests.
+@pytest.fixture(scope="session")
+def tokens_model(tmp_path_factory) -> Path:
+    return exported("tokens", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def features_model(tmp_path_factory) -> Path:
+    return exported("features", tmp_path_factory)

@@ -16,7 +16,6 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "runtime"))
-from exported_models import exported
 from reliability_support import FIGURES, Figures
 
 from ortformer.runtime import Runtime
@@ -37,16 +36,6 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(json.dumps(FIGURES.document(), sort_keys=True))
     if FIGURES.path is not None:
         terminalreporter.write_line(f"written to {FIGURES.path}")
-
-
-@pytest.fixture(scope="session")
-def tokens_model(tmp_path_factory) -> Path:
-    return exported("tokens", tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def features_model(tmp_path_factory) -> Path:
-    return exported("features", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

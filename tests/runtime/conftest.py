@@ -11,16 +11,6 @@ from ortformer.runtime import Runtime  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def tokens_model(tmp_path_factory) -> Path:
-    return exported("tokens", tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def features_model(tmp_path_factory) -> Path:
-    return exported("features", tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
 def nopool_model(tmp_path_factory) -> Path:
     return exported("nopool", tmp_path_factory)
 
