@@ -180,9 +180,6 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         raise ExportError(f"output path {dest} must end in .onnx")
     check_destination(dest.absolute(), force)  # refuse before spending a trace; checked again at commit
 
-    step("tracing with torch.onnx.export (dynamo)")
-    with _attention_fusion(model, fused_ops):
-        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset, fused_ops)
     source = source or default_source
     # optional keys first, required ones after: protobuf has no end marker, so a file cut
     # between two fields still parses; cut anywhere before the last required key, it is
@@ -197,6 +194,10 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_positions:
             raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_positions}]")
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
+
+    step("tracing with torch.onnx.export (dynamo)")
+    with _attention_fusion(model, fused_ops):
+        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset, fused_ops)
     meta.update({
         contract.META_FORMAT: contract.FORMAT,
         contract.META_VERSION: __version__,

@@ -184,3 +184,19 @@ def test_fused_ops_are_contrib_kernels_and_can_be_turned_off(tmp_path):
     contrib = {(n.domain, n.op_type) for n in onnx.load(str(fused)).graph.node if n.domain}
     assert contrib == {("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "Gelu")}
     assert all(n.domain in ("", "ai.onnx") for n in onnx.load(str(plain)).graph.node)
+
+
+def test_bad_text_options_are_refused_before_tracing(tmp_path, monkeypatch):
+    import sys
+
+    export_module = sys.modules["ortformer.exporter.export"]  # the package's `export` name is the function
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced before validating the options")
+
+    monkeypatch.setattr(export_module, "_trace_to_onnx", no_trace)
+    with pytest.raises(ExportError, match="tokenizer .* is not a file"):
+        export(preset("tiny"), tmp_path / "m.onnx", tokenizer=tmp_path / "missing.json")
+    with pytest.raises(ExportError, match=r"text_max_length=65 must be an int in \[1, 64\]"):
+        export(preset("tiny"), tmp_path / "m.onnx", text_max_length=65)
+    assert list(tmp_path.iterdir()) == []
