@@ -138,10 +138,12 @@ def test_load_any_ortformer_folder_and_file(tmp_path):
 
 
 @pytest.mark.slow  # the first dynamo export in a process costs ~15 s on 2 cores
-def test_export_of_a_loaded_checkpoint(tmp_path):
+@pytest.mark.parametrize("kind", ["softmax", "linear", "efficient", "cosine"])
+def test_export_of_a_loaded_checkpoint(tmp_path, kind):
+    """save -> load -> export (parity-gated) for every attention kind."""
     from ortformer.exporter import export
 
-    save_checkpoint(build_encoder(preset("tiny", max_positions=16), seed=2), tmp_path / "c")
+    save_checkpoint(build_encoder(preset("tiny", attention=kind, num_layers=1, max_positions=16), seed=2), tmp_path / "c")
     model, source, _, _ = load_any(tmp_path / "c")
     result = export(model, tmp_path / "m.onnx", source=source)
     assert result.report["passed"]
