@@ -42,7 +42,7 @@ class TextEncoder:
     """A tokenizer.json loaded with ``tokenizers.Tokenizer.from_file``.
 
     The file's own padding and truncation settings are switched off: ``encode``
-    truncates to the max_length it is given, and batching pads (``pad_batch``).
+    truncates to the max_length it is given; Runtime.embed pads and batches by length.
     Safe to share between threads.
     """
 
@@ -93,17 +93,3 @@ class TextEncoder:
                 "and were truncated", TruncationWarning, stacklevel=2,
             )
         return [e.ids for e in encodings], [e.type_ids for e in encodings], n_truncated
-
-
-def pad_batch(ids: list[list[int]], type_ids: list[list[int]], pad_id: int = 0
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Right-pad to the longest row: (input_ids, attention_mask, token_type_ids), int64 (B, N)."""
-    longest = max((len(row) for row in ids), default=0)
-    input_ids = np.full((len(ids), longest), pad_id, dtype=np.int64)
-    mask = np.zeros((len(ids), longest), dtype=np.int64)
-    types = np.zeros((len(ids), longest), dtype=np.int64)
-    for i, (row, type_row) in enumerate(zip(ids, type_ids, strict=True)):
-        input_ids[i, :len(row)] = row
-        mask[i, :len(row)] = 1
-        types[i, :len(type_row)] = type_row
-    return input_ids, mask, types

