@@ -15,7 +15,7 @@ import torch
 from onnx.defs import OpSchema
 from onnxscript import opset18 as op
 
-from ..models.attention import masked_softmax_attention
+from ..models import attention  # noqa: F401  defines torch.ops.ortformer.masked_softmax_attention
 
 MICROSOFT = onnxscript.values.Opset("com.microsoft", 1)
 
@@ -61,4 +61,3 @@ TRANSLATIONS = {
     torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
     torch.ops.aten.gelu.default: gelu,
 }
-assert masked_softmax_attention is not None  # the op must be defined before the table is used
