@@ -62,6 +62,18 @@ def test_infer_ids_prints_sentence_embeddings(tokens_model, rt):
     np.testing.assert_allclose(single, rt.embed([[7, 8]]), atol=1e-6, rtol=0)
 
 
+def test_infer_max_tokens_reaches_embed(tokens_model, rt, monkeypatch):
+    from ortformer.runtime import session
+
+    budgets = []
+    real = session.length_batches
+    monkeypatch.setattr(session, "length_batches", lambda *a: budgets.append(a[2]) or real(*a))
+    out = json.loads(invoke("infer", tokens_model, "--ids", "[[1, 2, 3], [4, 5], [6]]", "--max-tokens", "3").stdout)
+    np.testing.assert_allclose(out, rt.embed([[1, 2, 3], [4, 5], [6]]), atol=1e-6, rtol=0)
+    assert budgets[0] == 3
+    assert "--max-tokens" in fail("infer", tokens_model, "--ids", "[1]", "--max-tokens", "0", code=2)
+
+
 def test_infer_token_states_are_per_sequence(tokens_model, nopool_model, rt):
     out = json.loads(invoke("infer", tokens_model, "--ids", "[[1, 2, 3], [4]]", "--output", "last_hidden_state").stdout)
     assert [np.shape(o) for o in out] == [(3, 32), (1, 32)]

@@ -91,10 +91,10 @@ def _list_depth(data) -> int:
     return depth
 
 
-def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int):
+def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int, max_tokens: int | None):
     """With --mask: rectangular runs of batch_size rows. Without: runtime.embed pads and buckets."""
     if mask is None:
-        return runtime.embed(list(data), batch_size=batch_size, output=output)
+        return runtime.embed(list(data), batch_size=batch_size, output=output, max_tokens=max_tokens)
     key = runtime.main_input
     data, mask = as_array(key, data), as_array(contract.ATTENTION_MASK, mask)
     if mask.shape != data.shape[:2]:
@@ -140,11 +140,14 @@ def _jsonable(result):
 @click.option("--device-id", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
 @click.option("--threads", type=click.IntRange(min=1), help="onnxruntime intra-op threads (default: one per core).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1),
+              help="Cap each batch at this many padded tokens (default on CPU: 256 per thread; CUDA: no cap).")
 @click.option("--output", type=click.Choice(OUTPUTS), help="Which output (default: sentence_embedding when the model pools).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout.")
 @click.pass_context
-def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_fallback, device_id, threads, batch_size, output, fmt, out):
+def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_fallback, device_id, threads,
+          batch_size, max_tokens, output, fmt, out):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
     Input comes from --ids, --input, or stdin: one JSON array of ids per line,
@@ -176,7 +179,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     if text_input is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = runtime.embed_texts(text_input, batch_size=batch_size, output=output)
+            result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
         _write(result, fmt, out)
@@ -186,7 +189,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
         if mask is not None:
             mask = _parse_json(mask, "--mask")
             mask = [mask] if batch is not data else mask  # a single sequence's mask, wrapped alike
-        _write(_infer_batch(runtime, batch, mask, output, batch_size), fmt, out)
+        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out)
         return
     stream = open(out, "w") if out else None
     try:

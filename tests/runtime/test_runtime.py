@@ -179,6 +179,29 @@ def test_embed_defaults_and_edges(tokens_rt, nopool_rt):
         tokens_rt.embed([[[1, 2]]])
     with pytest.raises(InputError, match="batch_size=0"):
         tokens_rt.embed([[1]], batch_size=0)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(InputError, match="max_tokens"):
+            tokens_rt.embed([[1]], max_tokens=bad)
+
+
+def test_embed_token_budget_gives_the_same_results(tokens_rt, rng, monkeypatch):
+    """max_tokens changes only how sequences are grouped, never what comes back; the CPU
+    default is CPU_TOKENS_PER_THREAD per thread."""
+    from ortformer.runtime import batching, session
+
+    sequences = [rng.integers(0, 100, size=n).tolist() for n in rng.integers(1, 40, size=17)]
+    seen = []
+
+    def spy(lengths, batch_size, max_tokens=None):
+        seen.append(max_tokens)
+        return batching.length_batches(lengths, batch_size, max_tokens)
+
+    monkeypatch.setattr(session, "length_batches", spy)
+    loose = tokens_rt.embed(sequences, batch_size=32, max_tokens=10_000)
+    tight = tokens_rt.embed(sequences, batch_size=32, max_tokens=7)  # most sequences alone
+    tokens_rt.embed(sequences)
+    np.testing.assert_allclose(tight, loose, atol=1e-5, rtol=0)
+    assert seen == [10_000, 7, session.CPU_TOKENS_PER_THREAD * tokens_rt.threads]
 
 
 # --- threads -------------------------------------------------------------------------
