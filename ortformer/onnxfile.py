@@ -1,13 +1,16 @@
 """Walking an ONNX model's tensors (onnx only: no onnxruntime, no torch)."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import onnx
+if TYPE_CHECKING:  # imported where used: the runtime imports this module before it needs onnx
+    import onnx
 
 
 def external_locations(model: onnx.ModelProto) -> set[str]:
     """The `location` of every external-data entry in the model, as written (unchecked)."""
+    import onnx
+
     return {entry.value for tensor in all_tensors(model) if tensor.data_location == onnx.TensorProto.EXTERNAL
             for entry in tensor.external_data if entry.key == "location"}
 

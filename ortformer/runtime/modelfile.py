@@ -23,13 +23,18 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-
-import onnx
+from typing import TYPE_CHECKING
 
 from .. import contract
 from ..onnxfile import all_tensors
 from ..config import EncoderConfig
 from ..errors import ConfigError, ModelFileError
+
+if TYPE_CHECKING:
+    import onnx
+# onnx itself is imported where a file is read: it takes about a third of the runtime's
+# import time (protobuf and its helpers), and an app that imports ortformer.runtime
+# should not pay for it before it opens a model
 
 # graph element types the contract allows per input; inputs_embeds may be float16 in a
 # half-precision export, so the runtime casts to whatever the graph declares
@@ -93,6 +98,8 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
 
 
 def _load_proto(path: Path) -> onnx.ModelProto:
+    import onnx
+
     if not path.is_file():
         raise ModelFileError(f"{path}: no such model file" + (" (it is a folder)" if path.is_dir() else ""))
     try:
@@ -141,6 +148,8 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    import onnx
+
     tensor = value.type.tensor_type
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else "undefined"
     shape = tuple(d.dim_param if d.HasField("dim_param") else (d.dim_value if d.HasField("dim_value") else "?") for d in tensor.shape.dim)
@@ -205,11 +214,13 @@ def _check_tables(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig) -> Non
 
 # onnxruntime reads external data whose location is this marker from a raw memory address
 _ORT_MEMORY_TAG = "_ORT_MEM_ADDR_"
-_FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
+_FOUR_BIT_TYPES = ("INT4", "UINT4", "FLOAT4E2M1")
 
 
 def _declared_bytes(path: Path, tensor: onnx.TensorProto) -> int | None:
     """Bytes the tensor's dims and element type declare (None for strings: variable size)."""
+    import onnx
+
     if any(d < 0 for d in tensor.dims):
         raise ModelFileError(f"{path}: tensor {tensor.name!r} has negative dims {list(tensor.dims)}")
     if tensor.data_type == onnx.TensorProto.STRING:
@@ -219,11 +230,14 @@ def _declared_bytes(path: Path, tensor: onnx.TensorProto) -> int | None:
     except Exception:  # an element type this onnx does not know
         raise ModelFileError(f"{path}: tensor {tensor.name!r} has unknown element type {tensor.data_type}") from None
     count = math.prod(tensor.dims)  # a Python int: a huge product cannot overflow
-    return (count + 1) // 2 if tensor.data_type in _FOUR_BIT else count * itemsize
+    four_bit = {getattr(onnx.TensorProto, name, None) for name in _FOUR_BIT_TYPES}
+    return (count + 1) // 2 if tensor.data_type in four_bit else count * itemsize
 
 
 def _inline_capacity(tensor: onnx.TensorProto) -> int | None:
     """Upper bound on the bytes an inline tensor really holds; None if it cannot be told."""
+    import onnx
+
     if tensor.HasField("raw_data"):
         return tensor.ByteSize()  # >= len(raw_data), without copying the bytes out
     try:
@@ -241,6 +255,8 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]
     external length past the end of its file) is refused here, before onnxruntime tries to
     allocate or read it.
     """
+    import onnx
+
     folder = path.absolute().parent
     files: dict[Path, None] = {}  # ordered set
     for tensor in all_tensors(model):

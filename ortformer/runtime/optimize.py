@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 from .. import contract
@@ -37,6 +36,8 @@ def optimized_for_cpu(model_file: ModelFile) -> bool:
 
 def optimize_offline(path, out, *, force: bool = False) -> dict:
     """Write an onnxruntime-optimized copy of ``path`` to ``out`` (atomically); return the check."""
+    import onnx  # here, not at the top: Runtime imports this module and should not pay for onnx
+
     source = read_model_file(path)
     if source.external_files:
         raise ModelFileError(f"{path} keeps its weights in a side file; offline optimization handles inline models (< 2 GB)")

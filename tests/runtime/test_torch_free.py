@@ -28,6 +28,15 @@ def test_import_alone_does_not_load_torch():
     assert done.returncode == 0, done.stderr
 
 
+def test_import_defers_onnx_to_the_first_model():
+    """onnx (a third of the import time) loads when a file is read, not at import."""
+    code = "import sys; from ortformer.runtime import Runtime, read_model_file; print('onnx' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
 def test_load_and_run_without_torch(tokens_model, tokens_rt):
     code = f"""
 import sys
