@@ -35,18 +35,26 @@ def check_request(provider: str, device_id: int, threads: int | None) -> None:
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:
-    """Options that keep memory bounded when every call has a different (B, N).
+    """Options that keep memory bounded when every call has a different (B, N), and that
+    leave the cores alone between calls.
 
     - enable_mem_pattern=False: the memory-pattern planner caches one allocation plan
       per distinct input shape, which grows without bound on free-form traffic.
     - enable_cpu_mem_arena=False: the CPU arena keeps its peak forever (it only
       grows); with it off, tensors come from malloc and large blocks go back to the
-      OS after each run. Costs a few percent on tiny inputs, nothing at bert-base scale.
+      OS after each run. Costs a few percent on tiny inputs, nothing at bert-base scale
+      (long sequences pay the page faults: `ortformer bench --scenario long` shows both).
+    - session.intra_op.allow_spinning=0: onnxruntime's workers otherwise busy-wait after
+      each run. Alone that bought nothing here (bert-base: 169-204 ms without, 193-208
+      with), but the spinning threads take the cores from whatever runs next: two
+      sessions alternating in one process on 2 cores ran 3x slower (fp32 626 ms
+      against 197). A library inside someone else's app must not burn idle CPU.
     The CUDA arena is bounded separately (see provider_list and Runtime._run_options).
     """
     options = ort.SessionOptions()
     options.enable_mem_pattern = False
     options.enable_cpu_mem_arena = False
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         options.intra_op_num_threads = threads
     return options
