@@ -1,0 +1,48 @@
+"""`ortformer profile`: where a model's time goes, per operator type (no torch)."""
+from __future__ import annotations
+
+import click
+
+from ..runtime import PROVIDERS
+from ..runtime.profile import profile_ops
+from .common import echo_json
+from .runtime_cmd import _model_argument, _quiet_onnxruntime
+
+
+@click.command("profile")
+@_model_argument
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Rows B of the synthetic input.")
+@click.option("--sequence", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Tokens N per row (at most the model's max_positions).")
+@click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True, help="Timed runs (after 2 warm-up runs).")
+@click.option("--threads", type=click.IntRange(min=1), help="onnxruntime intra-op threads (default: one per core).")
+@click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report (all ops, slowest nodes) as JSON.")
+@click.option("--top", type=click.IntRange(min=1), help="Print only the TOP slowest op types (default: all).")
+@click.pass_context
+def profile(ctx, model, batch, sequence, runs, threads, provider, as_json, top):
+    """Time MODEL per operator type with onnxruntime's profiler, on random inputs.
+
+    Op types are those onnxruntime runs after its fusions (e.g. MultiHeadAttention,
+    SkipLayerNormalization), so they can differ from the ONNX file's nodes.
+
+    \b
+    Examples:
+      ortformer profile tiny.onnx
+      ortformer profile minilm.onnx --batch 8 --sequence 256 --threads 4 --top 5
+      ortformer profile minilm.onnx --provider cuda --json
+    """
+    _quiet_onnxruntime(ctx)
+    report = profile_ops(model, batch=batch, sequence=sequence, runs=runs, threads=threads, provider=provider)
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(f"model {report['model']}  provider {report['provider']}  threads {threads or 'default'}  "
+               f"shape {batch}x{sequence}  median run {report['median_run_ms']:.3f} ms "
+               f"(kernels {report['kernel_ms_per_run']:.3f} ms, {runs} runs)")
+    click.echo(f"{'op':<28} {'nodes':>6} {'ms/run':>10} {'share':>7}")
+    for row in report["ops"][:top]:
+        click.echo(f"{row['op']:<28} {row['nodes']:>6} {row['ms_per_run']:>10.3f} {row['share']:>6.1%}")
+
+
+COMMANDS = [profile]

@@ -1,0 +1,114 @@
+"""Per-operator profile of one model, from onnxruntime's own profiler (torch-free).
+
+onnxruntime times every kernel it runs when a session is created with
+`enable_profiling`; `end_profiling()` writes the events as Chrome-trace JSON. This
+module runs synthetic inputs of a chosen shape, reads that trace and folds it into
+time per op type (MatMul, MultiHeadAttention, ...) and the slowest nodes: where a
+model's time goes *after* onnxruntime's fusions, which the ONNX file does not show.
+The trace lives in a temporary folder that is always removed.
+On CUDA, kernel times are launch/sync times as onnxruntime records them; the median
+wall time per run is the number to trust there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .. import contract
+from ..errors import InputError, OrtformerError
+from . import providers
+from .session import Runtime
+
+KERNEL_SUFFIX = "_kernel_time"
+TOP_NODES = 10
+
+
+def _positive(name: str, value, high: int | None = None, low: int = 1, why: str = "") -> None:
+    """Raise InputError unless value is an int in [low, high] (high None: no upper bound)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        valid = f"an int in [{low}, {high}]{why}" if high is not None else f"an int >= {low}"
+        raise InputError(f"{name}={value!r} is invalid; valid: {valid}")
+
+
+def synthetic_feeds(runtime: Runtime, batch: int, sequence: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of shape (batch, sequence) for `runtime`: ids in [0, vocab_size) or
+    standard-normal float32 features, a full attention mask, zero token types."""
+    cfg, rng = runtime.config, np.random.default_rng(seed)
+    if cfg.takes_ids:
+        feeds = {contract.INPUT_IDS: rng.integers(0, cfg.vocab_size, (batch, sequence), dtype=np.int64)}
+    else:
+        feeds = {contract.INPUTS_EMBEDS: rng.standard_normal((batch, sequence, cfg.hidden_size), dtype=np.float32)}
+    feeds[contract.ATTENTION_MASK] = np.ones((batch, sequence), np.int64)
+    if contract.TOKEN_TYPE_IDS in runtime.input_names:
+        feeds[contract.TOKEN_TYPE_IDS] = np.zeros((batch, sequence), np.int64)
+    return feeds
+
+
+def summarize(events: list[dict]) -> tuple[int, list[dict], list[dict]]:
+    """(profiled runs, per-op-type rows, per-node rows) from onnxruntime's trace events.
+
+    Every run the session made is in the trace (warm-up included), so times are
+    divided by the number of `model_run` events. Times are milliseconds per run.
+    """
+    runs = sum(1 for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if runs == 0:
+        raise OrtformerError("onnxruntime's profile holds no model_run events; this onnxruntime writes a trace format we cannot read")
+    op_us, op_nodes, node_us, node_op = defaultdict(float), defaultdict(set), defaultdict(float), {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") != "Node" or not name.endswith(KERNEL_SUFFIX):
+            continue
+        node, op = name[: -len(KERNEL_SUFFIX)], e.get("args", {}).get("op_name", "?")
+        op_us[op] += e.get("dur", 0)
+        op_nodes[op].add(node)
+        node_us[node] += e.get("dur", 0)
+        node_op[node] = op
+    total = sum(op_us.values())
+    ops = [{"op": op, "nodes": len(op_nodes[op]), "ms_per_run": us / runs / 1e3, "share": us / total if total else 0.0}
+           for op, us in sorted(op_us.items(), key=lambda item: -item[1])]
+    nodes = [{"node": node, "op": node_op[node], "ms_per_run": us / runs / 1e3}
+             for node, us in sorted(node_us.items(), key=lambda item: -item[1])]
+    return runs, ops, nodes
+
+
+def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int = 128, runs: int = 10, warmup: int = 2,
+                threads: int | None = None, provider: str = "cpu") -> dict:
+    """Run the model at (batch, sequence) `warmup` + `runs` times under onnxruntime's
+    profiler; return a JSON-able report: median wall ms per timed run, kernel ms per
+    run, time per op type (with its share of kernel time) and the TOP_NODES slowest nodes.
+    The model is opened through Runtime, so every file check applies."""
+    _positive("batch", batch)
+    _positive("runs", runs)
+    _positive("warmup", warmup, low=0)
+    with tempfile.TemporaryDirectory(prefix="ortformer-profile-") as folder:
+        options = providers.session_options(threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(folder) / "ort")
+        runtime = Runtime(path, provider, threads=threads, session_options=options)
+        try:
+            _positive("sequence", sequence, runtime.config.max_positions, why=" (the model's max_positions)")
+            feeds = synthetic_feeds(runtime, batch, sequence)
+            for _ in range(warmup):
+                runtime.run(**feeds)
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                runtime.run(**feeds)
+                times.append((time.perf_counter() - start) * 1e3)
+        finally:  # always write the trace here, inside the folder, never at garbage collection
+            trace = runtime._session.end_profiling()
+        profiled, ops, nodes = summarize(json.loads(Path(trace).read_text()))
+    return {
+        "model": str(path), "provider": runtime.provider, "threads": threads,
+        "batch": batch, "sequence": sequence, "runs": runs, "profiled_runs": profiled,
+        "median_run_ms": statistics.median(times),
+        "kernel_ms_per_run": sum(op["ms_per_run"] for op in ops),
+        "ops": ops, "top_nodes": nodes[:TOP_NODES],
+    }
