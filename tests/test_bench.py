@@ -29,9 +29,20 @@ def test_report_schema(quick):
 
 def test_latency_compares_every_contender_against_eager(quick):
     rows = {r["contender"]: r for r in quick[2]["scenarios"]["latency"]["rows"]}
-    assert set(rows) == {"eager", "ort_float32", "ort_float32_unfused", "ort_int8", "ort_float32_arena"}
+    assert set(rows) == {"eager", "ort_float32", "ort_float32_unfused", "ort_int8"}
     assert rows["eager"]["speedup_vs_eager"] == 1
     assert all(r["median_ms"] > 0 for r in rows.values())
+
+
+def test_latency_profiles_ops_and_compares_session_settings(quick):
+    latency = quick[2]["scenarios"]["latency"]
+    for name in ("ort_float32", "ort_int8"):
+        ops = latency["profiles"][name]["ops"]
+        assert ops and all(op["ms_per_run"] > 0 and 0 < op["share"] <= 1 for op in ops)
+        assert [op["ms_per_run"] for op in ops] == sorted((op["ms_per_run"] for op in ops), reverse=True)
+    assert any(op["op"] == "DynamicQuantizeMatMul" for op in latency["profiles"]["ort_int8"]["ops"])
+    settings = latency["float32_session_settings_ms"]
+    assert set(settings) == {"runtime", "arena", "onnxruntime"} and all(v > 0 for v in settings.values())
 
 
 def test_throughput_reports_the_matmul_ceiling(quick):
@@ -45,6 +56,7 @@ def test_long_points_run_torch_free_with_a_plot(quick):
     long = data["scenarios"]["long"]
     assert {(r["attention"], r["sequence"]) for r in long["rows"]} == {("linear", 64), ("linear", 256), ("softmax", 64), ("softmax", 256)}
     assert all(r["status"] == "ok" and r["torch_loaded"] is False and r["peak_rss_mb"] > 0 for r in long["rows"])
+    assert [(r["sequence"], r["session"], r["status"]) for r in long["arena_rows"]] == [(64, "arena", "ok"), (256, "arena", "ok")]
     assert long["plot"] and (out / "bench_long.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "wanted" in stdout and "[long]" in stdout
 

@@ -21,7 +21,10 @@ from ..cost import total_flops
 from ..exporter import export
 from ..models import build_encoder
 from ..runtime import Runtime
+from ..runtime.profile import profile_ops
+from ..runtime.providers import session_options
 from .measure import run_isolated, side_by_side
+from .point import SESSIONS
 
 
 def _target(name: str, target: str, measured: float, met: bool, unit: str = "") -> dict:
@@ -57,25 +60,36 @@ def _ort(runtime: Runtime, feeds):
     return lambda: runtime.run(**feeds)
 
 
+def _where_time_goes(path: Path, batch: int, n: int, threads: int, top: int = 6) -> dict:
+    """onnxruntime's profiler on the same shape: the heaviest op types, ms per run and share."""
+    report = profile_ops(path, batch, n, runs=5, threads=threads)
+    return {"median_run_ms": report["median_run_ms"],
+            "ops": [{k: op[k] for k in ("op", "nodes", "ms_per_run", "share")} for op in report["ops"][:top]]}
+
+
 def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
-    """bert-base shape, batch 1, sequence 128: eager vs fused float32, unfused float32, int8."""
+    """bert-base shape, batch 1, sequence 128: eager vs fused float32, unfused float32, int8;
+    per-op profiles of float32 and int8; session settings compared in separate processes."""
     cfg, n = (preset("tiny"), 16) if quick else (preset("bert-base"), 128)
     model = build_encoder(cfg, seed=0)
     variants = {"ort_float32": {}, "ort_float32_unfused": {"fused_ops": False}, "ort_int8": {"quantize": "int8"}}
     runtimes = {name: Runtime(_exported(workdir, model, f"{cfg.name}_{name}", **options), "cpu", threads=threads)
                 for name, options in variants.items()}
-    # onnxruntime's own defaults (CPU arena and memory patterns on) beside ours (both off,
-    # so memory stays bounded under varying shapes): the price of that choice, measured
-    arena = ort.SessionOptions()
-    arena.intra_op_num_threads = threads
-    runtimes["ort_float32_arena"] = Runtime(runtimes["ort_float32"].path, "cpu", session_options=arena)
     feeds = _token_feeds(cfg, 1, n)
     stats = side_by_side({"eager": _eager(model, feeds), **{k: _ort(r, feeds) for k, r in runtimes.items()}}, iterations)
     eager = stats["eager"]["median_s"]
     rows = [{"contender": k, "median_ms": v["median_s"] * 1e3, "speedup_vs_eager": eager / v["median_s"]}
             for k, v in stats.items()]
     speed = {r["contender"]: r["speedup_vs_eager"] for r in rows}
-    return {"model": cfg.name, "batch": 1, "sequence": n, "rows": rows, "targets": [
+    profiles = {name: _where_time_goes(runtimes[name].path, 1, n, threads) for name in ("ort_float32", "ort_int8")}
+    # Runtime's session settings against onnxruntime's own defaults, each alone in a fresh
+    # process: a spinning session in this process would slow every other contender
+    sessions = {name: run_isolated("ortformer.bench.point", [str(runtimes["ort_float32"].path), str(n), str(threads),
+                                                              str(iterations), name], timeout=600)
+                for name in SESSIONS}
+    return {"model": cfg.name, "batch": 1, "sequence": n, "rows": rows, "profiles": profiles,
+            "float32_session_settings_ms": {k: v.get("seconds", float("nan")) * 1e3 for k, v in sessions.items()},
+            "targets": [
         _target("float32 onnxruntime vs eager, batch 1, seq 128", ">= 1.6x", speed["ort_float32"], speed["ort_float32"] >= 1.6, "x"),
         _target("int8 onnxruntime vs eager, batch 1, seq 128", ">= 2.5x", speed["ort_int8"], speed["ort_int8"] >= 2.5, "x"),
     ]}
@@ -89,8 +103,7 @@ def matmul_ceiling(threads: int, m: int, k: int, n: int, iterations: int) -> flo
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [weight])
     # onnx 1.23 writes IR 14 by default, which onnxruntime 1.31 refuses
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options = session_options(threads)  # the settings Runtime uses
     session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
     median = side_by_side({"matmul": lambda: session.run(None, {"x": x})}, iterations)["matmul"]["median_s"]
@@ -137,6 +150,12 @@ def long_sequences(workdir: Path, threads: int, quick: bool, iterations: int) ->
                 rows.append({"attention": kind, "sequence": 2 * n,
                              "status": f"not run: {n} took {point['seconds']:.0f} s (> {POINT_BUDGET_S} s budget per point)"})
                 break
+    # the same linear points with the CPU arena kept between calls: what Runtime's
+    # bounded-memory default (fresh pages from the OS on every call) costs at length
+    arena_rows = [{"attention": "linear", "sequence": n, "session": "arena",
+                   **run_isolated("ortformer.bench.point", [str(workdir / "long_linear.onnx"), str(n), str(threads), "3", "arena"],
+                                  timeout=60 if quick else 300)}
+                  for n in ((lengths[0], lengths[-1]) if quick else (1024, 16384))]
     ok = {(r["attention"], r["sequence"]): r for r in rows if r["status"] == "ok"}
     targets, crossover = [], None
     soft = {n: r["seconds"] for (k, n), r in ok.items() if k == "softmax"}
@@ -156,7 +175,7 @@ def long_sequences(workdir: Path, threads: int, quick: bool, iterations: int) ->
                     bool(r131) and r131["peak_rss_mb"] < 8192, "MB"),
         ]
     return {"model": "4 layers x 256, 4 heads, batch 1", "rows": rows, "linear_faster_from_sequence": crossover,
-            "targets": targets}
+            "arena_rows": arena_rows, "targets": targets}
 
 
 def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
@@ -173,20 +192,30 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     path = workdir / "minilm.onnx"
     export(loaded.model, path, parity=False, force=True, source=loaded.source, tokenizer=loaded.tokenizer,
            text_max_length=loaded.text_max_length)
+    int8_path = workdir / "minilm_int8.onnx"
+    export(loaded.model, int8_path, parity=False, force=True, quantize="int8", source=loaded.source,
+           tokenizer=loaded.tokenizer, text_max_length=loaded.text_max_length)
     start = time.perf_counter()
     runtime = Runtime(path, "cpu", threads=threads)
     create_s = time.perf_counter() - start
+    int8 = Runtime(int8_path, "cpu", threads=threads)
     reference = SentenceTransformer(str(folder), device="cpu")
     stats = side_by_side({
         "sentence_transformers": lambda: reference.encode(texts, batch_size=32),
         "ortformer": lambda: runtime.embed_texts(texts, batch_size=32),
+        "ortformer_int8": lambda: int8.embed_texts(texts, batch_size=32),
     }, max(1, iterations // 4), warmup=1)
-    ours, theirs = runtime.embed_texts(texts), reference.encode(texts, batch_size=32)
-    cosine = float((ours * theirs).sum(1).min())
+    theirs = reference.encode(texts, batch_size=32)
+    cosines = {name: (rt.embed_texts(texts) * theirs).sum(1) for name, rt in (("ortformer", runtime), ("ortformer_int8", int8))}
     rate = {k: len(texts) / v["median_s"] for k, v in stats.items()}
     import_s = _import_seconds()
-    return {"model": "all-MiniLM-L6-v2", "sentences": len(texts), "min_cosine_vs_reference": cosine,
-            "runtime_create_s": create_s, "import_runtime_s": import_s,
+    first_s = _seconds_in_fresh_python(
+        f"from ortformer.runtime import Runtime; Runtime({str(path)!r}, 'cpu').embed_texts(['a first sentence'])")
+    return {"model": "all-MiniLM-L6-v2", "sentences": len(texts), "min_cosine_vs_reference": float(cosines["ortformer"].min()),
+            "int8_cosine_vs_reference": {"min": float(cosines["ortformer_int8"].min()),
+                                         "median": float(np.median(cosines["ortformer_int8"]))},
+            "runtime_create_s": create_s, "import_runtime_s": import_s, "import_create_first_embedding_s": first_s,
+            "profile_batch16_seq32": _where_time_goes(path, 16, 32, threads),
             "rows": [{"contender": k, "median_s": v["median_s"], "embeddings_per_s": rate[k]} for k, v in stats.items()],
             "targets": [
                 _target("embeddings/s vs sentence-transformers", ">= 2x", rate["ortformer"] / rate["sentence_transformers"],
@@ -196,14 +225,18 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
             ]}
 
 
-def _import_seconds() -> float:
-    """Median over 3 fresh interpreters of importing ortformer.runtime, minus a bare start."""
-    def timed(code: str) -> float:
+def _seconds_in_fresh_python(code: str) -> float:
+    """Median over 3 fresh interpreters of running ``code``, minus a bare interpreter start."""
+    def timed(source: str) -> float:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
+        subprocess.run([sys.executable, "-c", source], check=True)
         return time.perf_counter() - start
-    runs = sorted(timed("import ortformer.runtime") - timed("pass") for _ in range(3))
+    runs = sorted(timed(code) - timed("pass") for _ in range(3))
     return max(runs[1], 0.0)
+
+
+def _import_seconds() -> float:
+    return _seconds_in_fresh_python("import ortformer.runtime")
 
 
 SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real}
