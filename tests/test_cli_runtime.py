@@ -13,7 +13,8 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent / "runtime"))
 from exported_models import exported  # noqa: E402
 
-from ortformer.cli import cli  # noqa: E402
+from ortformer.cli import cli
+from ortformer.cli.common import human_size  # noqa: E402
 from ortformer.cli.runtime_cmd import COMMANDS  # noqa: E402
 from ortformer.cost import parameter_count  # noqa: E402
 from ortformer.runtime import Runtime  # noqa: E402
@@ -190,6 +191,10 @@ def test_infer_cuda_provider(tokens_model, rt):
     assert out.stderr.startswith("warning: CUDA is not usable") and len(out.stderr.splitlines()) == 1
 
 
+def test_human_size():
+    assert [human_size(n) for n in (0, 1023, 1536, 5 * 2**20, 3 * 2**40)] == ["0 B", "1023 B", "1.5 KiB", "5.0 MiB", "3072.0 GiB"]
+
+
 def test_info_json(tokens_model, rt):
     report = json.loads(invoke("info", tokens_model, "--json", "--sequence-length", "16").stdout)
     assert report["config"] == rt.config.to_dict()
@@ -205,6 +210,7 @@ def test_info_json(tokens_model, rt):
 
 def test_info_text(tokens_model):
     text = invoke("info", tokens_model).stdout
+    assert f"({human_size(tokens_model.stat().st_size)} in 1 file(s))" in text
     for fragment in ("input_ids int64 [batch, sequence]", "sentence_embedding float32 [batch, 32]",
                      f"parameters  {parameter_count(Runtime(tokens_model, 'cpu').config):,}",
                      "parity      skipped", "usable here: cpu", "random-init:seed=0"):

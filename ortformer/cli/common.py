@@ -27,5 +27,14 @@ class GuardedGroup(click.Group):
             raise CliError(str(exc)) from exc
 
 
+def human_size(n: int) -> str:
+    """1536 -> '1.5 KiB': binary units up to GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"
+
+
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))

@@ -11,7 +11,7 @@ import click
 from .. import contract
 from ..config import ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITIONS, PRESETS, EncoderConfig, preset
 from ..errors import ConfigError
-from .common import echo_json
+from .common import echo_json, human_size
 
 # CLI flag -> EncoderConfig field, for the explicit-architecture flags
 FLAG_FIELDS = {
@@ -41,13 +41,6 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
 def _shape_text(shapes: dict) -> str:
     return ", ".join(f"{name} [{', '.join(map(str, dims))}]" for name, dims in shapes.items())
 
-
-def _human_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return f"{n} B"
 
 
 def architecture_options(func):
@@ -161,7 +154,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     if as_json:
         echo_json(summary)
         return
-    click.echo(f"wrote {result.path} ({_human_size(result.size_bytes)}, {result.parameters:,} parameters, "
+    click.echo(f"wrote {result.path} ({human_size(result.size_bytes)}, {result.parameters:,} parameters, "
                f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size}, {quantize or dtype})")
     click.echo(f"  inputs:  {_shape_text(summary['inputs'])}")
     click.echo(f"  outputs: {_shape_text(summary['outputs'])}")

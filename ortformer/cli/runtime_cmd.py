@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
 from ..runtime.providers import cuda_failure_reason
 from ..runtime.validate import as_array
-from .common import CliError, echo_json
+from .common import CliError, echo_json, human_size
 
 OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING)
 
@@ -249,7 +249,7 @@ def info(ctx, model, as_json, sequence_length):
     if as_json:
         echo_json(report)
         return
-    click.echo(f"model       {report['path']} ({sum(report['files'].values()) / 2**20:.2f} MiB in {len(report['files'])} file(s))")
+    click.echo(f"model       {report['path']} ({human_size(sum(report['files'].values()))} in {len(report['files'])} file(s))")
     click.echo(f"name        {cfg.name}   ortformer {file.version}, format {report['format']}   source {runtime.source}")
     click.echo("config      " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items() if k not in ("format", "name")))
     for label, specs in (("inputs", file.inputs), ("outputs", file.outputs)):
