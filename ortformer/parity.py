@@ -167,4 +167,14 @@ def summary_line(report: dict) -> str:
     parts = [f"{name} max_abs={m['max_abs']:.2e} max_rel={m['max_rel']:.2e} min_cos={m['min_cosine']:.6f}"
              for name, m in report["worst"].items()]
     verdict = "PASS" if report["passed"] else "FAIL"
-    return f"{verdict} over {len(report['cases'])} cases ({report['dtype']} gate): " + "; ".join(parts)
+    return f"{verdict} over {len(report['cases'])} cases ({report['dtype']} gate): " + "; ".join(parts) + text_summary(report)
+
+
+def text_summary(report: dict) -> str:
+    """'; real text (48 sentences, not gated): ...' when the report has the tokenizer check."""
+    text = report.get("text")
+    numbers = [text.get(key) for key in ("min_cosine", "median_cosine")] if isinstance(text, dict) else []
+    if len(numbers) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+        return ""  # no text check, or a report written by hand: say nothing rather than guess
+    return (f"; real text ({text.get('sentences', '?')} sentences, not gated): "
+            f"sentence min_cos={numbers[0]:.6f} median={numbers[1]:.6f}")

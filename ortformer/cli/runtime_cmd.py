@@ -10,6 +10,7 @@ import click
 import numpy as np
 
 from .. import contract
+from ..parity import text_summary
 from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
 from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
@@ -300,7 +301,8 @@ def parity_summary(report: dict) -> str:
         f"{name} max_abs={m.get('max_abs', float('nan')):.2e} min_cos={m.get('min_cosine', float('nan')):.6f}"
         for name, m in report.get("worst", {}).items()
     )
-    return f"{verdict} over {len(report.get('cases', []))} cases ({report.get('dtype', '?')} gate on {report.get('provider', '?')}): {worst}"
+    return (f"{verdict} over {len(report.get('cases', []))} cases ({report.get('dtype', '?')} gate on "
+            f"{report.get('provider', '?')}): {worst}{text_summary(report)}")
 
 
 COMMANDS = [infer, info, optimize]

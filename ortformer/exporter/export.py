@@ -27,6 +27,7 @@ from .. import parity as parity_mod
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
+from .text_parity import text_parity
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
 # optimizer and quantizer handle best: SDPA decomposes into MatMul/Softmax that ORT
@@ -221,7 +222,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         check_file(staged.path, cfg)
         if parity:
             step("parity gate against eager PyTorch")
-            report = _gate(staged, reference or model, cfg, precision, keep_failed)
+            report = _gate(staged, reference or model, cfg, precision, keep_failed,
+                           tokenizer=tokenizer, text_max_length=text_max_length)
         else:
             report = {"skipped": True, "reason": "parity disabled by the caller", "dtype": precision}
         staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
@@ -232,7 +234,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     return ExportResult(dest, cfg, report, source, parameter_count(cfg), time.perf_counter() - start, files)
 
 
-def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: str, keep_failed) -> dict:
+def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: str, keep_failed,
+          tokenizer=None, text_max_length: int | None = None) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -240,6 +243,10 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     except Exception as exc:
         raise ExportError(f"onnxruntime cannot load the exported model: {exc}") from exc
     report = parity_mod.run_parity(session, eager_runner(reference), cfg, dtype)
+    if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(cfg):
+        # recorded beside the gate, not gated: the grid is the gate every model shares
+        report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
+                                     text_max_length or cfg.max_positions)
     del session
     if not report["passed"]:
         kept = f"; the failed model was kept at {staged.keep_as(Path(keep_failed))}" if keep_failed else ""

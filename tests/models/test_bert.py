@@ -139,7 +139,8 @@ def exported(imported, tmp_path_factory):
     from ortformer.exporter import export
 
     path = tmp_path_factory.mktemp("minilm") / "m.onnx"
-    result = export(imported.model, path, source=imported.source)
+    result = export(imported.model, path, source=imported.source, tokenizer=imported.tokenizer,
+                    text_max_length=imported.max_seq_length)
     return path, result
 
 
@@ -149,6 +150,8 @@ def test_minilm_onnx_matches_transformers(exported, imported, batch, reference):
 
     path, result = exported
     assert result.report["passed"] and result.source == imported.source
+    text = result.report["text"]  # real sentences through the shipped tokenizer, beside the gate
+    assert text["sentences"] == 48 and 0.99999 <= text["min_cosine"] <= text["median_cosine"] <= 1 + 1e-6
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "token_type_ids"]
     hidden, embedding = session.run(["last_hidden_state", "sentence_embedding"], batch)

