@@ -5,6 +5,7 @@ soak: thousands of examples per property, random seeds (tests/reliability scales
       own loops, e.g. thread calls and kill trials, from the profile's max_examples).
 """
 import os
+import tempfile
 import sys
 from pathlib import Path
 
@@ -35,3 +36,16 @@ def tokens_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def features_model(tmp_path_factory) -> Path:
     return exported("features", tmp_path_factory)
+
+
+@pytest.fixture
+def clean_dirs(tmp_path, monkeypatch):
+    """Temp files and the working directory both point at empty folders; the test fails
+    if anything is left in either (e.g. a profiler trace)."""
+    temp, cwd = tmp_path / "temp", tmp_path / "cwd"
+    temp.mkdir()
+    cwd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.chdir(cwd)
+    yield temp, cwd
+    assert list(temp.iterdir()) == [] and list(cwd.iterdir()) == [], "a file was left behind"

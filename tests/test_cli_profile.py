@@ -1,6 +1,5 @@
 """`ortformer profile` through click's CliRunner."""
 import json
-import tempfile
 
 import pytest
 from click.testing import CliRunner
@@ -17,16 +16,7 @@ def invoke(*args, code=0):
     return result
 
 
-@pytest.fixture(autouse=True)
-def clean_dirs(tmp_path, monkeypatch):
-    """No profile JSON may be left in the temp folder or the working directory."""
-    temp, cwd = tmp_path / "temp", tmp_path / "cwd"
-    temp.mkdir()
-    cwd.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.chdir(cwd)
-    yield
-    assert list(temp.iterdir()) == [] and list(cwd.iterdir()) == []
+pytestmark = pytest.mark.usefixtures("clean_dirs")  # tests/conftest.py: no profile file left behind
 
 
 def test_help_has_examples():

@@ -1,5 +1,4 @@
 """ortformer.runtime.profile: onnxruntime's per-kernel trace folded into per-op rows."""
-import tempfile
 from collections import Counter
 
 import onnx
@@ -19,18 +18,6 @@ FUSED = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu
 @pytest.fixture(scope="module")
 def report(tokens_model):
     return profile_ops(tokens_model, batch=2, sequence=16, runs=3, warmup=1, threads=1)
-
-
-@pytest.fixture
-def clean_dirs(tmp_path, monkeypatch):
-    """Temp files and the working directory both point at empty folders we can inspect."""
-    temp, cwd = tmp_path / "temp", tmp_path / "cwd"
-    temp.mkdir()
-    cwd.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.chdir(cwd)
-    yield temp, cwd
-    assert list(temp.iterdir()) == [] and list(cwd.iterdir()) == [], "a profile file was left behind"
 
 
 def graph_ops(path) -> Counter:
