@@ -35,8 +35,7 @@ def softmax_attention(q, k, v, key_mask, eps):
     bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device)
     bias = bias.masked_fill(~key_mask, torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, N)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
-    any_kept = key_mask.any(dim=1)[:, None, None, None]
-    return torch.where(any_kept, out, torch.zeros_like(out))
+    return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]  # finite out: 0 where nothing is kept
 
 
 def linear_attention(q, k, v, key_mask, eps):
@@ -141,8 +140,9 @@ class MultiHeadAttention(nn.Module):
         if self.fused:
             q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
             out = masked_softmax_attention(q, k, v, key_mask.to(torch.int32), self.num_heads)
-            # rows with no kept key are zero (the fused ONNX kernel would average them)
-            out = torch.where(key_mask.any(dim=1)[:, None, None], out, torch.zeros_like(out))
+            # rows with no kept key are zero (the fused ONNX kernel would average them); a
+            # multiply by (B, 1, 1) instead of Where: no (B, N, F) zeros are materialised
+            out = out * key_mask.any(dim=1).to(out.dtype)[:, None, None]
             return self.out(out)
         qkv = self.qkv(x).view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
