@@ -20,10 +20,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from .. import contract
 from ..errors import InputError, OrtformerError
 from . import providers
+from .modelfile import read_model_file
+from .optimize import optimized_for_cpu
 from .session import Runtime
 
 KERNEL_SUFFIX = "_kernel_time"
@@ -51,20 +54,33 @@ def synthetic_feeds(runtime: Runtime, batch: int, sequence: int, seed: int = 0) 
     return feeds
 
 
-def summarize(events: list[dict]) -> tuple[int, list[dict], list[dict]]:
+def summarize(events: list[dict], last_runs: int | None = None) -> tuple[int, list[dict], list[dict]]:
     """(profiled runs, per-op-type rows, per-node rows) from onnxruntime's trace events.
 
-    Every run the session made is in the trace (warm-up included), so times are
-    divided by the number of `model_run` events. Times are milliseconds per run.
+    Every run the session made is in the trace, warm-up included; with last_runs only
+    node events inside the last ``last_runs`` `model_run` spans count (warm-up runs
+    allocate and are slower). Times are milliseconds per counted run.
     """
-    runs = sum(1 for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
-    if runs == 0:
+    spans = sorted((e.get("ts", 0), e.get("ts", 0) + e.get("dur", 0)) for e in events
+                   if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if not spans:
         raise OrtformerError("onnxruntime's profile holds no model_run events; this onnxruntime writes a trace format we cannot read")
+    if last_runs is not None:
+        spans = spans[-last_runs:]
+    runs, first = len(spans), spans[0][0]
+    starts = np.array([start for start, _ in spans])
+    ends = np.array([end for _, end in spans])
     op_us, op_nodes, node_us, node_op = defaultdict(float), defaultdict(set), defaultdict(float), {}
     for e in events:
         name = e.get("name", "")
         if e.get("cat") != "Node" or not name.endswith(KERNEL_SUFFIX):
             continue
+        ts = e.get("ts", 0)
+        if ts < first:
+            continue
+        span = int(np.searchsorted(starts, ts, side="right")) - 1  # the model_run that began last before it
+        if ts > ends[span]:
+            continue  # between runs: belongs to none we count
         node, op = name[: -len(KERNEL_SUFFIX)], e.get("args", {}).get("op_name", "?")
         op_us[op] += e.get("dur", 0)
         op_nodes[op].add(node)
@@ -91,6 +107,9 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int = 128, ru
         options = providers.session_options(threads)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "ort")
+        if provider == "cpu" and optimized_for_cpu(read_model_file(path)):
+            # as Runtime does: profile the graph `ortformer optimize` wrote, not a re-rewrite
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         runtime = Runtime(path, provider, threads=threads, session_options=options)
         try:
             _positive("sequence", sequence, runtime.config.max_positions, why=" (the model's max_positions)")
@@ -104,7 +123,7 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int = 128, ru
                 times.append((time.perf_counter() - start) * 1e3)
         finally:  # always write the trace here, inside the folder, never at garbage collection
             trace = runtime._session.end_profiling()
-        profiled, ops, nodes = summarize(json.loads(Path(trace).read_text()))
+        profiled, ops, nodes = summarize(json.loads(Path(trace).read_text()), last_runs=runs)
     return {
         "model": str(path), "provider": runtime.provider, "threads": threads,
         "batch": batch, "sequence": sequence, "runs": runs, "profiled_runs": profiled,

@@ -27,7 +27,7 @@ def graph_ops(path) -> Counter:
 def test_report_shape_and_totals(report, tokens_model):
     assert report["model"] == str(tokens_model) and report["provider"] == "cpu" and report["threads"] == 1
     assert (report["batch"], report["sequence"], report["runs"]) == (2, 16, 3)
-    assert report["profiled_runs"] == 3 + 1  # warm-up runs are in the trace too
+    assert report["profiled_runs"] == 3  # the timed runs; the warm-up run is left out
     assert report["median_run_ms"] > 0 and report["kernel_ms_per_run"] > 0
     assert sum(op["share"] for op in report["ops"]) == pytest.approx(1.0, abs=1e-9)
     assert sum(op["ms_per_run"] for op in report["ops"]) == pytest.approx(report["kernel_ms_per_run"])
@@ -75,6 +75,31 @@ def test_summarize_divides_by_profiled_runs_not_requested():
     assert nodes == [{"node": "a", "op": "MatMul", "ms_per_run": 1.0}, {"node": "b", "op": "Add", "ms_per_run": 0.25}]
 
 
+def test_summarize_counts_only_the_last_runs():
+    """Warm-up runs are in the trace and slower; with last_runs only the timed spans count."""
+    def run(ts, dur):
+        return {"cat": "Session", "name": "model_run", "ts": ts, "dur": dur}
+
+    def node(name, op, ts, dur):
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": op}}
+
+    events = [run(0, 100), node("a", "MatMul", 10, 90_000),          # warm-up: huge, must not count
+              node("setup", "Cast", 150, 5_000),                        # between runs: counts nowhere
+              run(200, 100), node("a", "MatMul", 210, 3000), node("b", "Add", 260, 1000),
+              run(400, 100), node("a", "MatMul", 410, 1000)]
+    runs, ops, _ = summarize(events, last_runs=2)
+    assert runs == 2
+    assert ops == [{"op": "MatMul", "nodes": 1, "ms_per_run": 2.0, "share": 0.8},
+                   {"op": "Add", "nodes": 1, "ms_per_run": 0.5, "share": 0.2}]
+    assert summarize(events)[0] == 3  # without last_runs every run counts
+
+
+def test_kernel_time_fits_in_the_measured_runs(tokens_model):
+    report = profile_ops(tokens_model, batch=4, sequence=32, runs=5, warmup=3, threads=1)
+    # kernels run one after another inside a run: their sum cannot exceed the run by much
+    assert report["kernel_ms_per_run"] <= 1.5 * report["median_run_ms"]
+
+
 def test_features_model(features_model, clean_dirs):
     result = profile_ops(features_model, batch=1, sequence=8, runs=2, warmup=0)
     assert result["profiled_runs"] == 2 and result["ops"]
@@ -115,3 +140,23 @@ report = profile_ops({str(tokens_model)!r}, sequence=4, runs=1, warmup=0)
 assert report["ops"] and 'torch' not in sys.modules
 """)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_offline_optimized_file_is_profiled_as_written(tokens_model, tmp_path, monkeypatch):
+    import onnxruntime as ort
+
+    from ortformer.runtime import profile
+    from ortformer.runtime.optimize import optimize_offline
+
+    optimized = tmp_path / "opt.onnx"
+    optimize_offline(tokens_model, optimized)
+    levels, real = [], profile.Runtime
+
+    def spy(*args, **kwargs):
+        levels.append(kwargs["session_options"].graph_optimization_level)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(profile, "Runtime", spy)
+    profile_ops(optimized, batch=1, sequence=4, runs=1, warmup=0)
+    profile_ops(tokens_model, batch=1, sequence=4, runs=1, warmup=0)
+    assert levels == [ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
