@@ -32,7 +32,10 @@ def length_batches(lengths: np.ndarray, batch_size: int, max_tokens: int | None 
     while start < len(order):
         # ascending lengths: a batch [start, stop) pads to sorted_lengths[stop - 1], so the
         # largest stop with (stop - start) * sorted_lengths[stop - 1] <= max_tokens
-        stop = np.arange(start + 1, min(start + batch_size, len(order)) + 1)
+        # members are at least sorted_lengths[start] long, so at most max_tokens // that fit:
+        # the candidate range stays short even when batch_size is huge
+        most = max(1, min(batch_size, max_tokens // sorted_lengths[start]))
+        stop = np.arange(start + 1, min(start + most, len(order)) + 1)
         fits = (stop - start) * sorted_lengths[stop - 1] <= max_tokens
         end = int(stop[fits][-1]) if fits[0] else start + 1
         batches.append(order[start:end])

@@ -75,7 +75,8 @@ class Runtime:
         if session_options is None and provider == "cpu" and optimized_for_cpu(self.model_file):
             # rewritten offline by this onnxruntime (runtime/optimize.py): skip redoing it
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        # 0 = onnxruntime's default: one thread per core this process may run on
+        # 0 = onnxruntime's default (one thread per physical core); for embed's token
+        # budget the cores this process may run on stand in for it (logical ones with SMT)
         self.threads: int = options.intra_op_num_threads or _usable_cores()
         self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
         self.provider: str = providers.short_name(self._session)

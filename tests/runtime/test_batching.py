@@ -1,4 +1,6 @@
 """Length-sorted batching: every index once, similar lengths together, budgets kept."""
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -19,11 +21,11 @@ def test_batches_cover_every_index_once_within_budget(lengths, batch_size, max_t
         # over budget only when one sequence is longer than the budget by itself
         assert all(len(b) * lengths[b].max() <= max_tokens or len(b) == 1 for b in batches)
         # greedy: the next sequence would not have fitted (or the batch was full)
-        for b, following in zip(batches, batches[1:]):
+        for b, following in pairwise(batches):
             grown = len(b) + 1
             assert grown > batch_size or grown * lengths[following[0]] > max_tokens
     # sorted: batch b's longest is no longer than batch b+1's shortest
-    for b, following in zip(batches, batches[1:]):
+    for b, following in pairwise(batches):
         assert lengths[b].max() <= lengths[following].min()
 
 
@@ -45,3 +47,20 @@ def test_pad_right_pads_with_mask(rest):
     assert padded.shape == (3, 4, *rest) and mask.dtype == np.int64
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
     assert (padded[mask == 0] == 0).all() and (padded[0, :2] == 2).all()
+
+
+def test_a_huge_batch_size_does_not_widen_the_search(monkeypatch):
+    """Each batch considers at most max_tokens // (its shortest length) candidates, not
+    batch_size of them: otherwise a huge batch_size makes the grouping quadratic."""
+    from ortformer.runtime import batching
+
+    widths, real_arange = [], np.arange
+
+    def arange(start, stop, *rest):
+        widths.append(stop - start)
+        return real_arange(start, stop, *rest)
+
+    monkeypatch.setattr(batching.np, "arange", arange)
+    batches = length_batches(np.full(2_000, 50), batch_size=1_000_000, max_tokens=500)
+    assert len(batches) == 200 and all(len(b) == 10 for b in batches)
+    assert max(widths) <= 10

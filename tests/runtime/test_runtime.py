@@ -191,11 +191,13 @@ def test_embed_token_budget_gives_the_same_results(tokens_rt, rng, monkeypatch):
     from ortformer.runtime import batching, session
 
     sequences = [rng.integers(0, 100, size=n).tolist() for n in rng.integers(1, 40, size=17)]
-    seen = []
+    seen, counts = [], []
 
     def spy(lengths, batch_size, max_tokens=None):
         seen.append(max_tokens)
-        return batching.length_batches(lengths, batch_size, max_tokens)
+        batches = batching.length_batches(lengths, batch_size, max_tokens)
+        counts.append(len(batches))
+        return batches
 
     monkeypatch.setattr(session, "length_batches", spy)
     loose = tokens_rt.embed(sequences, batch_size=32, max_tokens=10_000)
@@ -203,6 +205,14 @@ def test_embed_token_budget_gives_the_same_results(tokens_rt, rng, monkeypatch):
     tokens_rt.embed(sequences)
     np.testing.assert_allclose(tight, loose, atol=1e-5, rtol=0)
     assert seen == [10_000, 7, session.CPU_TOKENS_PER_THREAD * tokens_rt.threads]
+    assert counts[0] == 1 and counts[1] > 10  # the budget really regrouped the sequences
+
+
+def test_threads_are_what_was_asked_or_the_usable_cores(tokens_model):
+    import os
+
+    assert Runtime(tokens_model, "cpu", threads=3).threads == 3
+    assert Runtime(tokens_model, "cpu").threads == len(os.sched_getaffinity(0))
 
 
 # --- threads -------------------------------------------------------------------------
