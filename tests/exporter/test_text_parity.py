@@ -20,11 +20,13 @@ class Session:
     def __init__(self, eager, negate_odd: bool):
         self.eager, self.negate_odd = eager, negate_odd
         self.lengths = []
+        self.batches = 0
 
     def run(self, names, feeds):
         out = self.eager(feeds)[contract.SENTENCE_EMBEDDING]
         lengths = feeds[contract.ATTENTION_MASK].sum(1)
         self.lengths.extend(lengths.tolist())
+        self.batches += 1
         if self.negate_odd:
             out = np.where((lengths % 2 == 1)[:, None], -out, out)
         return [out]
@@ -42,12 +44,16 @@ def test_identical_outputs_give_cosine_one(model):
     assert report["min_cosine"] == pytest.approx(1.0, abs=1e-6) and report["median_cosine"] == pytest.approx(1.0, abs=1e-6)
 
 
-def test_each_sentence_is_judged_on_its_own_row(model):
+def test_each_sentence_is_judged_on_its_own_row(model, monkeypatch):
+    from ortformer.exporter import text_parity as module
+
+    monkeypatch.setattr(module, "TOKENS_PER_BATCH", 96)  # several batches: rows must land in place
     eager = eager_runner(model)
     session = Session(eager, True)
     report = text_parity(session, eager, model.config, TOKENIZER, max_length=64, count=20)
     odd = sum(n % 2 for n in session.lengths)
     assert len(session.lengths) == 20 and 0 < odd < 20  # both kinds present, each sentence run once
+    assert session.batches > 3
     assert report["min_cosine"] == pytest.approx(-1.0, abs=1e-6)
     # median of (odd x -1, even x +1): -1 or 1 or their mean, by the counts
     want = np.median([-1.0] * odd + [1.0] * (20 - odd))
@@ -65,4 +71,25 @@ def test_text_summary(text, shown):
     line = text_summary({"text": text})
     assert bool(line) == shown
     if shown:
-        assert "48 sentences, not gated" in line and "min_cos=0.970000" in line
+        assert "48 sentences, not gated" in line and "min_cos=0.970000" in line and "median=0.990000" in line
+
+
+def test_a_tokenizer_that_does_not_fit_skips_the_check(tmp_path):
+    small = build_encoder(preset("tiny"), seed=0)  # vocab 100: MiniLM's ids go far beyond
+    eager = eager_runner(small)
+    report = text_parity(Session(eager, False), eager, small.config, TOKENIZER, max_length=32, count=4)
+    assert report["skipped"] and "vocab_size 100" in report["reason"]
+    (tmp_path / "bad.json").write_text("{not json")
+    report = text_parity(Session(eager, False), eager, small.config, tmp_path / "bad.json", max_length=32, count=4)
+    assert report["skipped"] and "bad.json" in report["reason"]
+
+
+def test_summaries_carry_the_text_line():
+    from ortformer.cli.runtime_cmd import parity_summary
+    from ortformer.parity import summary_line
+
+    report = {"passed": True, "dtype": "float32", "provider": "CPUExecutionProvider", "cases": [{}],
+              "worst": {"sentence_embedding": {"max_abs": 1e-6, "max_rel": 1e-6, "min_cosine": 1.0}},
+              "text": {"sentences": 48, "min_cosine": 0.99, "median_cosine": 0.995}}
+    for line in (summary_line(report), parity_summary(report)):
+        assert line.startswith("PASS") and line.endswith("sentence min_cos=0.990000 median=0.995000")
