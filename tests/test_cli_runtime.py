@@ -73,6 +73,8 @@ def test_infer_max_tokens_reaches_embed(tokens_model, rt, monkeypatch):
     np.testing.assert_allclose(out, rt.embed([[1, 2, 3], [4, 5], [6]]), atol=1e-6, rtol=0)
     assert budgets[0] == 3
     assert "--max-tokens" in fail("infer", tokens_model, "--ids", "[1]", "--max-tokens", "0", code=2)
+    assert "drop one of the two" in fail("infer", tokens_model, "--ids", "[[1, 2]]", "--mask", "[[1, 1]]",
+                                         "--max-tokens", "8", code=2)
 
 
 def test_infer_token_states_are_per_sequence(tokens_model, nopool_model, rt):

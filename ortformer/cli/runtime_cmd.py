@@ -142,7 +142,8 @@ def _jsonable(result):
 @click.option("--threads", type=click.IntRange(min=1), help="onnxruntime intra-op threads (default: one per core).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(min=1),
-              help="Cap each batch at this many padded tokens (default on CPU: 256 per thread; CUDA: no cap).")
+              help="Cap each batch at this many padded tokens (default on CPU: 256 per thread; CUDA: no cap). "
+                   "Not with --mask; stdin lines run one by one.")
 @click.option("--output", type=click.Choice(OUTPUTS), help="Which output (default: sentence_embedding when the model pools).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout.")
@@ -168,6 +169,9 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     text_input = _read_texts(texts, text_file)
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
         raise click.UsageError("give text (--text/--text-file) or token ids (--ids/--input/--mask), not both")
+    if max_tokens is not None and mask is not None:
+        raise click.UsageError("--max-tokens regroups ragged input by length; with --mask the rows run as given, "
+                               "in --batch-size chunks: drop one of the two")
     data = _read_input(ids, input_file)
     if data is None and (mask is not None or fmt == "npy"):
         raise click.UsageError("--mask and --format npy need --ids or --input (stdin is streamed line by line as JSON)")
