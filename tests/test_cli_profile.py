@@ -43,6 +43,20 @@ def test_top_limits_rows(tokens_model):
     assert len(top) == 2 + 3 and len(full) > len(top)
 
 
+def test_default_sequence_fits_the_model(tokens_model):
+    """128 tokens by default, or the model's max_positions when shorter (the test model's)."""
+    from ortformer.runtime import read_model_file
+
+    longest = read_model_file(tokens_model).config.max_positions
+    header = invoke("profile", tokens_model, "--runs", "1", "--threads", "1").stdout.splitlines()[0]
+    assert f"shape 1x{min(128, longest)} " in header
+
+
+def test_json_respects_top(tokens_model):
+    report = json.loads(invoke("profile", tokens_model, *FAST, "--json", "--top", "2").stdout)
+    assert len(report["ops"]) == 2
+
+
 def test_json(features_model):
     report = json.loads(invoke("profile", features_model, *FAST, "--json").stdout)
     assert {"model", "provider", "threads", "batch", "sequence", "runs", "median_run_ms", "kernel_ms_per_run",

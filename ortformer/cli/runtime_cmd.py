@@ -235,7 +235,9 @@ def info(ctx, model, as_json, sequence_length):
     usable = ["cuda", "cpu"] if runtime.provider == "cuda" else ["cpu"]
     report = {
         "path": str(runtime.path),
-        "files": {str(p): p.stat().st_size for p in (runtime.path.resolve(), *file.external_files)},
+        # every file the model consists of, as export counts them: weights side files and tokenizer
+        "files": {str(p): p.stat().st_size for p in (runtime.path.resolve(), *file.external_files,
+                                                      *filter(None, [runtime.tokenizer_path()]))},
         "format": runtime.metadata[contract.META_FORMAT],
         "version": file.version,
         "source": runtime.source,

@@ -31,6 +31,7 @@ from .session import Runtime
 
 KERNEL_SUFFIX = "_kernel_time"
 TOP_NODES = 10
+DEFAULT_SEQUENCE = 128
 
 
 def _positive(name: str, value, high: int | None = None, low: int = 1, why: str = "") -> None:
@@ -94,7 +95,7 @@ def summarize(events: list[dict], last_runs: int | None = None) -> tuple[int, li
     return runs, ops, nodes
 
 
-def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int = 128, runs: int = 10, warmup: int = 2,
+def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = None, runs: int = 10, warmup: int = 2,
                 threads: int | None = None, provider: str = "cpu") -> dict:
     """Run the model at (batch, sequence) `warmup` + `runs` times under onnxruntime's
     profiler; return a JSON-able report: median wall ms per timed run, kernel ms per
@@ -112,6 +113,8 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int = 128, ru
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         runtime = Runtime(path, provider, threads=threads, session_options=options)
         try:
+            if sequence is None:  # 128 tokens, or the model's longest when that is shorter
+                sequence = min(DEFAULT_SEQUENCE, runtime.config.max_positions)
             _positive("sequence", sequence, runtime.config.max_positions, why=" (the model's max_positions)")
             feeds = synthetic_feeds(runtime, batch, sequence)
             for _ in range(warmup):
