@@ -8,6 +8,7 @@ missing CUDA libraries. The only reliable test is to create a session and read
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 import onnxruntime as ort
@@ -64,8 +65,9 @@ def provider_list(provider: str, device_id: int) -> list:
     """The providers argument for InferenceSession; CPU is always last as the fallback."""
     if provider == "cpu":
         return [CPU_EP]
-    if provider == "auto" and (CUDA_EP not in ort.get_available_providers() or device_id in _cuda_failed):
-        # CUDA cannot load: skip the attempt (and onnxruntime's log noise)
+    if provider == "auto" and (CUDA_EP not in ort.get_available_providers() or device_id in _cuda_failed
+                               or _cuda_library_error() is not None):
+        # CUDA cannot load: skip the attempt (and onnxruntime's red log lines), as "auto" promises
         return [CPU_EP]
     # kSameAsRequested: grow the GPU arena by what a call needs, not the next power of two,
     # so a stream of odd shapes does not double the reservation each time
@@ -85,16 +87,28 @@ def cuda_failure_reason(device_id: int) -> str:
             f"this onnxruntime build ({ort.__version__}, providers {ort.get_available_providers()}) has no CUDA "
             "support; install onnxruntime-gpu"
         )
-    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
-    if library.exists():
-        try:
-            ctypes.CDLL(str(library))
-        except OSError as exc:  # names the missing dependency, e.g. libcublasLt.so.13
-            return f"the CUDA provider library cannot load: {exc} (CUDA/cuDNN libraries missing or mismatched)"
+    library_error = _cuda_library_error()
+    if library_error is not None:
+        return f"the CUDA provider library cannot load: {library_error} (CUDA/cuDNN libraries missing or mismatched)"
     return (
         f"the CUDA provider could not start on device_id={device_id}: no visible GPU, a driver too old "
         "for this onnxruntime, or a device index out of range (onnxruntime's log on stderr has details)"
     )
+
+
+@functools.cache
+def _cuda_library_error() -> str | None:
+    """Why onnxruntime's CUDA provider library cannot be loaded, or None when it loads (or
+    this build has none to try). dlopen names the missing dependency (e.g. libcublasLt.so.13)
+    without onnxruntime logging anything; the answer cannot change within a process."""
+    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if not library.exists():
+        return None
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        return str(exc)
+    return None
 
 
 def short_name(session: ort.InferenceSession) -> str:

@@ -134,6 +134,18 @@ def test_cuda_fallback_warns_and_runs_on_cpu(tokens_model, tokens_rt, cuda_usabl
                                   tokens_rt.run(input_ids=[[1, 2]])["sentence_embedding"])
 
 
+def test_auto_prints_nothing_in_a_fresh_process(tokens_model):
+    """onnxruntime logs a failed CUDA load in red on stderr; "auto" checks the provider
+    library first and does not try what cannot load."""
+    import subprocess
+    import sys
+
+    code = f"from ortformer.runtime import Runtime; print(Runtime({str(tokens_model)!r}).provider)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() in ("cpu", "cuda")
+    assert done.stderr == ""
+
+
 def test_auto_is_silent(tokens_model, cuda_usable):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
