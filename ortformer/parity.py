@@ -100,11 +100,16 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> d
         return {"max_abs": 0.0, "max_rel": 0.0, "min_cosine": 1.0, "finite": True}
     max_abs = float(np.abs(got_v - want_v).max())
     scale = float(np.abs(want_v).max())
-    dot = (got_v * want_v).sum(axis=1)
-    norms = np.linalg.norm(got_v, axis=1) * np.linalg.norm(want_v, axis=1)
-    cosine = np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0), 1.0)
     return {"max_abs": max_abs, "max_rel": max_abs / scale if scale else max_abs,
-            "min_cosine": float(cosine.min()), "finite": True}
+            "min_cosine": float(row_cosines(got_v, want_v).min()), "finite": True}
+
+
+def row_cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """cos(got_i, want_i) per row of two (M, F) arrays, in float64; 1 where a row is zero."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    dot = (got * want).sum(axis=1)
+    norms = np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1)
+    return np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0), 1.0)
 
 
 def _passes(metrics: dict, gate: dict) -> bool:

@@ -15,10 +15,10 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import onnxruntime as ort
 
 from ..runtime import Runtime
+from ..runtime.profile import synthetic_feeds
 from ..runtime.providers import session_options
 from .measure import peak_rss_mb
 
@@ -41,10 +41,7 @@ def options_for(session: str, threads: int) -> ort.SessionOptions | None:
 
 def main(model: str, n: int, threads: int, runs: int | None = None, session: str = "runtime") -> None:
     runtime = Runtime(model, "cpu", threads=threads, session_options=options_for(session, threads))
-    cfg = runtime.config
-    rng = np.random.default_rng(0)
-    feeds = ({"input_ids": rng.integers(0, cfg.vocab_size, (1, n))} if cfg.takes_ids
-             else {"inputs_embeds": rng.standard_normal((1, n, cfg.hidden_size), dtype=np.float32)})
+    feeds = synthetic_feeds(runtime, 1, n)
     runtime.run(**feeds)  # warm-up
     times = []
     for _ in range(runs or (3 if n <= 16384 else 1)):

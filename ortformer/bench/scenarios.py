@@ -20,6 +20,7 @@ from ..config import preset
 from ..cost import total_flops
 from ..exporter import export
 from ..models import build_encoder
+from ..parity import Case, make_inputs, row_cosines
 from ..runtime import Runtime
 from ..runtime.profile import profile_ops
 from ..runtime.providers import session_options
@@ -32,11 +33,8 @@ def _target(name: str, target: str, measured: float, met: bool, unit: str = "") 
 
 
 def _token_feeds(cfg, batch: int, n: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {"input_ids": rng.integers(0, cfg.vocab_size, (batch, n)), "attention_mask": np.ones((batch, n), np.int64)}
-    if cfg.type_vocab_size:
-        feeds["token_type_ids"] = np.zeros((batch, n), np.int64)
-    return feeds
+    """Unpadded random inputs, as the parity grid makes them."""
+    return make_inputs(cfg, Case(batch, n, "none"), np.random.default_rng(0))
 
 
 def _exported(workdir: Path, model, name: str, **options) -> Path:
@@ -205,11 +203,11 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
         "ortformer_int8": lambda: int8.embed_texts(texts, batch_size=32),
     }, max(1, iterations // 4), warmup=1)
     theirs = reference.encode(texts, batch_size=32)
-    cosines = {name: (rt.embed_texts(texts) * theirs).sum(1) for name, rt in (("ortformer", runtime), ("ortformer_int8", int8))}
+    cosines = {name: row_cosines(rt.embed_texts(texts), theirs) for name, rt in (("ortformer", runtime), ("ortformer_int8", int8))}
     rate = {k: len(texts) / v["median_s"] for k, v in stats.items()}
     # each in fresh interpreters, so nothing this process already imported (onnx, for one)
     # hides a cost: import; import + create; import + create + first embedding
-    import_s = _import_seconds()
+    import_s = _seconds_in_fresh_python("import ortformer.runtime")
     opened = f"from ortformer.runtime import Runtime; runtime = Runtime({str(path)!r}, 'cpu')"
     create_s = max(_seconds_in_fresh_python(opened) - import_s, 0.0)
     first_s = _seconds_in_fresh_python(opened + "; runtime.embed_texts(['a first sentence'])")
@@ -235,10 +233,6 @@ def _seconds_in_fresh_python(code: str) -> float:
         return time.perf_counter() - start
     runs = sorted(timed(code) - timed("pass") for _ in range(3))
     return max(runs[1], 0.0)
-
-
-def _import_seconds() -> float:
-    return _seconds_in_fresh_python("import ortformer.runtime")
 
 
 SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real}

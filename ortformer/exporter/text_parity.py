@@ -21,6 +21,7 @@ from .. import contract
 from ..bench.corpus import sentences
 from ..config import EncoderConfig
 from ..errors import MissingExtraError, ModelFileError
+from ..parity import row_cosines
 from ..runtime.batching import length_batches, pad
 
 SENTENCES = 48
@@ -56,6 +57,5 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
             feeds[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
         got = session.run([contract.SENTENCE_EMBEDDING], feeds)[0]
         want = eager(feeds)[contract.SENTENCE_EMBEDDING]
-        norms = np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1)
-        cosines[batch] = (got * want).sum(1) / np.where(norms > 0, norms, 1.0)
+        cosines[batch] = row_cosines(got, want)
     return {"sentences": len(arrays), "min_cosine": float(cosines.min()), "median_cosine": float(np.median(cosines))}

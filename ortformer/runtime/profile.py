@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .. import contract
+from .. import parity
 from ..errors import InputError, OrtformerError
 from . import providers
 from .modelfile import read_model_file
@@ -42,17 +42,9 @@ def _positive(name: str, value, high: int | None = None, low: int = 1, why: str 
 
 
 def synthetic_feeds(runtime: Runtime, batch: int, sequence: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of shape (batch, sequence) for `runtime`: ids in [0, vocab_size) or
-    standard-normal float32 features, a full attention mask, zero token types."""
-    cfg, rng = runtime.config, np.random.default_rng(seed)
-    if cfg.takes_ids:
-        feeds = {contract.INPUT_IDS: rng.integers(0, cfg.vocab_size, (batch, sequence), dtype=np.int64)}
-    else:
-        feeds = {contract.INPUTS_EMBEDS: rng.standard_normal((batch, sequence, cfg.hidden_size), dtype=np.float32)}
-    feeds[contract.ATTENTION_MASK] = np.ones((batch, sequence), np.int64)
-    if contract.TOKEN_TYPE_IDS in runtime.input_names:
-        feeds[contract.TOKEN_TYPE_IDS] = np.zeros((batch, sequence), np.int64)
-    return feeds
+    """Random (batch, sequence) inputs for `runtime`, unpadded: the parity grid's
+    ``make_inputs`` with padding "none" (ids in [0, vocab_size) or standard-normal features)."""
+    return parity.make_inputs(runtime.config, parity.Case(batch, sequence, "none"), np.random.default_rng(seed))
 
 
 def summarize(events: list[dict], last_runs: int | None = None) -> tuple[int, list[dict], list[dict]]:
