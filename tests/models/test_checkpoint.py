@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from ortformer.config import ATTENTION_KINDS, EncoderConfig, preset
 from ortformer.errors import CheckpointError
 from ortformer.models import build_encoder
-from ortformer.models.checkpoint import checkpoint_digest, load_any, load_checkpoint, save_checkpoint
+from ortformer.models import checkpoint_digest, load_any, load_checkpoint, save_checkpoint
 
 TINY = preset("tiny")
 
@@ -128,11 +128,12 @@ def test_load_any_ortformer_folder_and_file(tmp_path):
     tokenizer = tmp_path / "tok.json"
     tokenizer.write_text("{}")
     save_checkpoint(build_encoder(TINY), tmp_path / "c", tokenizer=tokenizer)
-    model, source, tok, _ = load_any(tmp_path / "c")
+    loaded = load_any(tmp_path / "c")
+    model, source, tok = loaded.model, loaded.source, loaded.tokenizer
     assert model.config == TINY
     assert source == "sha256:" + hashlib.sha256((tmp_path / "c" / "model.safetensors").read_bytes()).hexdigest()
     assert tok == tmp_path / "c" / "tokenizer.json" and tok.read_text() == "{}"
-    assert load_any(tmp_path / "c" / "model.safetensors")[1] == source
+    assert load_any(tmp_path / "c" / "model.safetensors").source == source
     with pytest.raises(CheckpointError, match="does not exist"):
         load_any(tmp_path / "nowhere")
 
@@ -144,7 +145,8 @@ def test_export_of_a_loaded_checkpoint(tmp_path, kind):
     from ortformer.exporter import export
 
     save_checkpoint(build_encoder(preset("tiny", attention=kind, num_layers=1, max_positions=16), seed=2), tmp_path / "c")
-    model, source, _, _ = load_any(tmp_path / "c")
+    loaded = load_any(tmp_path / "c")
+    model, source = loaded.model, loaded.source
     result = export(model, tmp_path / "m.onnx", source=source)
     assert result.report["passed"]
     meta = {p.key: p.value for p in onnx.load(str(tmp_path / "m.onnx")).metadata_props}

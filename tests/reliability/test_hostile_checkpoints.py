@@ -30,7 +30,7 @@ from reliability_support import scaled
 from ortformer.config import preset
 from ortformer.errors import CheckpointError
 from ortformer.models import build_encoder
-from ortformer.models.checkpoint import load_any, load_checkpoint, save_checkpoint
+from ortformer.models import load_any, load_checkpoint, save_checkpoint
 
 CFG = preset("tiny", max_positions=16, vocab_size=40)
 

@@ -10,100 +10,26 @@ post-norm softmax Encoder, so the import is a renaming plus one fusion: the
 query, key and value Linears become one ``qkv`` Linear whose output rows are
 ``[Q; K; V]`` (MultiHeadAttention views them as (B, N, 3, H, D)).
 
-Sentence-transformers configs, when present, set the pooling: ``modules.json``
-lists the modules, ``1_Pooling/config.json`` picks mean or CLS, and a
-``Normalize`` module means l2-normalised embeddings.
 """
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..config import EncoderConfig
-from ..errors import CheckpointError, ConfigError
-from .checkpoint import (TOKENIZER_NAME, Tensors, check_tensors, checkpoint_digest, encoder_from_tensors,
-                         find_weights, read_weights)
-from .encoder import Encoder
+from ...config import EncoderConfig
+from ...errors import CheckpointError, ConfigError
+from ..loaded import Loaded
+from ..weights import Tensors, check_tensors, checkpoint_digest, encoder_from_tensors, find_weights, read_weights
+from .folder import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, read_json, read_pooling, transformer_dir
 
 log = logging.getLogger(__name__)
 
-HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}  # HF "gelu" is the exact erf GELU, as nn.GELU()
 # weights the Hugging Face folder may carry that an encoder does not use
 DROPPED_PREFIXES = ("pooler.", "cls.")
 DROPPED_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # index buffers, not weights
-ST_MODULE = "sentence_transformers.models."
-ST_SUPPORTED = {"Transformer", "Pooling", "Normalize"}
-# half-precision folders are common; upcasting them to float32 is exact
-HF_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class BertImport:
-    """What ``load_bert`` found: the model and where it came from."""
-
-    model: Encoder
-    source: str  # "sha256:<hex>" of the weight file
-    weights: Path
-    tokenizer: Path | None  # tokenizer.json beside the weights, if any
-    dropped: tuple[str, ...]  # Hugging Face tensors deliberately not imported
-    max_seq_length: int | None  # sentence-transformers' max_seq_length, if configured
-
-    @property
-    def config(self) -> EncoderConfig:
-        return self.model.config
-
-
-def _read_json(path: Path, kind: type = dict):
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting bombs
-        raise CheckpointError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
-    if not isinstance(data, kind):
-        raise CheckpointError(f"{path} must hold a JSON {kind.__name__}, got {type(data).__name__}")
-    return data
-
-
-def _modules(folder: Path) -> list[dict]:
-    """sentence-transformers' modules.json entries, [] when there is none."""
-    path = folder / "modules.json"
-    if not path.is_file():
-        return []
-    modules = _read_json(path, list)
-    if not all(isinstance(m, dict) for m in modules):
-        raise CheckpointError(f"{path} must be a list of module objects")
-    return modules
-
-
-def _module_dir(folder: Path, module: dict) -> Path:
-    """A module's folder; modules.json may only point inside the model folder."""
-    rel = Path(str(module.get("path", "")))
-    if rel.is_absolute() or ".." in rel.parts:
-        raise CheckpointError(f"modules.json path {str(rel)!r} leaves the model folder {folder}")
-    return folder / rel
-
-
-def _transformer_dir(folder: Path) -> Path:
-    """The folder holding config.json: the root, or the Transformer module's path in modules.json."""
-    if not (folder / "config.json").is_file():
-        for module in _modules(folder):
-            if module.get("type") == ST_MODULE + "Transformer":
-                return _module_dir(folder, module)
-    return folder
-
-
-def is_bert_folder(path) -> bool:
-    """True when ``path`` is a folder whose config.json is a Hugging Face config (has model_type)."""
-    path = Path(path)
-    try:
-        config = _transformer_dir(path) / "config.json"
-        return config.is_file() and "model_type" in _read_json(config)
-    except CheckpointError:
-        return False
 
 
 def bert_config(hf: dict, *, pooling: str = "none", normalize: bool = False, name: str = "bert") -> EncoderConfig:
@@ -139,41 +65,6 @@ def bert_config(hf: dict, *, pooling: str = "none", normalize: bool = False, nam
         )
     except ConfigError as exc:
         raise CheckpointError(f"BERT config.json describes an encoder ortformer cannot build: {exc}") from None
-
-
-def read_pooling(folder: Path) -> tuple[str | None, bool, int | None]:
-    """(pooling or None, normalize, max_seq_length) from sentence-transformers configs.
-
-    None means the folder has no sentence-transformers pooling module.
-    """
-    modules = _modules(folder)
-    if not modules:
-        return None, False, None
-    kinds = [str(m.get("type", "")).removeprefix(ST_MODULE) for m in modules]
-    unsupported = [k for k in kinds if k not in ST_SUPPORTED]
-    if unsupported:
-        raise CheckpointError(
-            f"{folder / 'modules.json'} uses sentence-transformers modules ortformer does not implement: "
-            f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
-        )
-    pooling = None
-    for module in modules:
-        if module.get("type") == ST_MODULE + "Pooling":
-            pooling = _pooling_mode(_read_json(_module_dir(folder, module) / "config.json"))
-    st_config = folder / "sentence_bert_config.json"
-    max_len = _read_json(st_config).get("max_seq_length") if st_config.is_file() else None
-    return pooling, "Normalize" in kinds, max_len
-
-
-def _pooling_mode(config: dict) -> str:
-    modes = sorted(k.removeprefix("pooling_mode_") for k, v in config.items() if k.startswith("pooling_mode_") and v)
-    mapping = {"mean_tokens": "mean", "cls_token": "cls"}
-    if len(modes) != 1 or modes[0] not in mapping:
-        raise CheckpointError(
-            f"sentence-transformers pooling {modes or 'none'} is not supported; "
-            "valid: exactly one of pooling_mode_mean_tokens, pooling_mode_cls_token"
-        )
-    return mapping[modes[0]]
 
 
 def hf_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
@@ -236,7 +127,7 @@ def to_ortformer(hf: Tensors, cfg: EncoderConfig) -> Tensors:
 
 
 def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = None,
-              name: str | None = None) -> BertImport:
+              name: str | None = None) -> Loaded:
     """Import a BERT-family folder as an ortformer Encoder (eval mode, float32).
 
     pooling / normalize: override the sentence-transformers config; without one
@@ -245,8 +136,8 @@ def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = No
     root = Path(folder)
     if not root.is_dir():
         raise CheckpointError(f"{root} is not a folder; pass a Hugging Face model folder")
-    model_dir = _transformer_dir(root)
-    hf_config = _read_json(model_dir / "config.json")
+    model_dir = transformer_dir(root)
+    hf_config = read_json(model_dir / "config.json")
     st_pooling, st_normalize, max_len = read_pooling(root)
     pooling = pooling or st_pooling or "none"
     if normalize is None:  # a Normalize module means nothing without a pooled embedding
@@ -259,5 +150,5 @@ def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = No
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
     model = encoder_from_tensors(cfg, to_ortformer(kept, cfg), what=f"{weights} (mapped)", dtypes=HF_DTYPES)
-    tokenizer = next((d / TOKENIZER_NAME for d in (model_dir, root) if (d / TOKENIZER_NAME).is_file()), None)
-    return BertImport(model, f"sha256:{checkpoint_digest(weights)}", weights, tokenizer, tuple(dropped), max_len)
+    return Loaded(model, f"sha256:{checkpoint_digest(weights)}", find_tokenizer(model_dir, root), max_len,
+                  weights=weights, dropped=tuple(dropped), family="bert")

@@ -1,0 +1,1 @@
+"""Imports of Hugging Face encoder folders into ortformer's own model family."""

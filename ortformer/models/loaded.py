@@ -1,0 +1,25 @@
+"""What every loader returns: the model and where it came from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import EncoderConfig
+from .encoder import Encoder
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded encoder and its provenance, the same for ortformer checkpoints and imports."""
+
+    model: Encoder
+    source: str  # "sha256:<hex>" of the weight file
+    tokenizer: Path | None  # tokenizer.json travelling with the weights, if any
+    text_max_length: int | None = None  # sentence-transformers' max_seq_length, when set
+    weights: Path | None = None  # the weight file read
+    dropped: tuple[str, ...] = ()  # imported tensors deliberately not used (poolers, task heads)
+    family: str = "ortformer"  # where the model came from: "ortformer" or a Hugging Face model_type
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.model.config
