@@ -15,9 +15,14 @@ CONFIG_FORMAT = 1  # bump when a field changes meaning; from_json refuses others
 ATTENTION_KINDS = ("softmax", "linear", "efficient", "cosine")
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
-POSITIONS = ("learned", "sinusoidal", "none")
-POOLINGS = ("none", "mean", "cls")
+# gelu: the exact erf form; gelu_tanh: the tanh approximation; silu: x * sigmoid(x) (SwiGLU's gate)
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+# index: position p of the sequence; kept: the count of kept tokens before it (padding skipped, RoBERTa)
+POSITION_IDS = ("index", "kept")
+POOLINGS = ("none", "mean", "cls", "last", "max")
+# which attention kinds each variant works with, and why the others cannot
+SOFTMAX_ONLY = ("relative_attention_buckets", "local_window")
 
 _CHOICES = {
     "attention": ATTENTION_KINDS,
@@ -25,6 +30,7 @@ _CHOICES = {
     "norm_position": NORM_POSITIONS,
     "activation": ACTIVATIONS,
     "positions": POSITIONS,
+    "position_ids": POSITION_IDS,
     "pooling": POOLINGS,
 }
 
@@ -43,6 +49,11 @@ class EncoderConfig:
     num_layers: int = 4
     # inner width of the feed-forward network (BERT uses 4F)
     ffn_size: int = 1024
+    # gated feed-forward: W_2 (act(W_a x) * (W_g x)); the up projection is 2 x ffn_size wide,
+    # rows [a; g]. GeGLU with activation gelu, SwiGLU with silu (ModernBERT, LLaMA-style FFNs)
+    ffn_gated: bool = False
+    # biases in every Linear and norm; ModernBERT has none
+    bias: bool = True
     # similarity used by attention: softmax is O(N^2), the linear family O(N)
     attention: str = "softmax"
     # LayerNorm (BERT) or RMSNorm (no mean subtraction, no bias)
@@ -51,17 +62,47 @@ class EncoderConfig:
     norm_position: str = "post"
     # non-linearity inside the feed-forward network
     activation: str = "gelu"
-    # how token order enters the model: a learned table, fixed sinusoids, or not at all
+    # how token order enters the model: a learned table, fixed sinusoids, rotary (q and k
+    # rotated by position inside attention), or not at all
     positions: str = "learned"
+    # rotary base theta: frequencies theta^(-2i/D) per head dimension pair
+    rotary_theta: float = 10000.0
+    # rotary theta of the local (windowed) layers; 0 = rotary_theta (ModernBERT uses 10000 vs 160000)
+    rotary_theta_local: float = 0.0
+    # table row of the first position; RoBERTa-style models start at padding_idx + 1
+    position_offset: int = 0
+    # index: position = sequence index; kept: position = number of kept tokens before it, so
+    # padding is skipped (RoBERTa's create_position_ids_from_input_ids)
+    position_ids: str = "index"
     # longest sequence the model accepts (size of the learned table; runtime limit)
     max_positions: int = 512
     # segment embeddings (BERT's token_type_ids); 0 disables the input
     type_vocab_size: int = 0
+    # width of the token embedding; 0 = hidden_size. Otherwise embeddings (and their norm) are
+    # this wide and a Linear projects them to hidden_size (ELECTRA's embeddings_project)
+    embedding_size: int = 0
+    # pre-norm only: normalise the embeddings too, and skip the first block's attention
+    # pre-norm, whose input is then already normalised (ModernBERT)
+    embedding_norm: bool = False
+    # relative position bias: 0 = off, else T5-style bidirectional buckets; one (buckets, H)
+    # table, computed once per call and added to every layer's scores (MPNet). softmax only
+    relative_attention_buckets: int = 0
+    # distance beyond which relative positions share the last logarithmic bucket
+    relative_attention_max_distance: int = 128
+    # sliding-window attention: 0 = every layer global; else local layers attend to keys with
+    # |i - j| <= local_window // 2 (ModernBERT's local_attention). softmax only
+    local_window: int = 0
+    # with local_window: layer l is global when l % global_every == 0, local otherwise
+    global_every: int = 1
+    # causal attention: token i sees keys j <= i only (prefix sums for the linear family),
+    # which also allows a streaming (RNN-form) export of the linear kernels
+    causal: bool = False
     # epsilon inside LayerNorm/RMSNorm
     norm_eps: float = 1e-12
     # epsilon guarding the linear-family denominators against division by zero
     attention_eps: float = 1e-6
-    # sentence embedding: none, mean over kept tokens, or the first token
+    # sentence embedding: none, mean over kept tokens, the first token, the last kept token,
+    # or the per-feature max over kept tokens
     pooling: str = "mean"
     # l2-normalise the sentence embedding (cosine-ready vectors)
     normalize_embeddings: bool = False
@@ -94,7 +135,8 @@ class EncoderConfig:
         if self.vocab_size == 0 and self.type_vocab_size:
             raise ConfigError("type_vocab_size needs token input: set vocab_size > 0 or type_vocab_size = 0")
         if self.normalize_embeddings and self.pooling == "none":
-            raise ConfigError("normalize_embeddings=True needs pooling 'mean' or 'cls', got pooling='none'")
+            raise ConfigError("normalize_embeddings=True needs a pooling other than 'none', got pooling='none'")
+        _check_variants(self)
 
     @property
     def head_size(self) -> int:
@@ -136,6 +178,43 @@ class EncoderConfig:
         except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested input
             raise ConfigError(f"config is not valid JSON: {type(exc).__name__}: {exc}") from None
         return cls.from_dict(data)
+
+
+def _check_variants(cfg: EncoderConfig) -> None:
+    """The combinations the family cannot build, each refused with its reason."""
+    for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 0")
+    for name in ("global_every", "relative_attention_max_distance"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
+    for name in ("rotary_theta", "rotary_theta_local"):
+        value = getattr(cfg, name)
+        if not math.isfinite(value) or value < 0 or (name == "rotary_theta" and value <= 1):
+            raise ConfigError(f"{name}={value} must be a finite number > 1" + (" (or 0 = rotary_theta)" if name.endswith("local") else ""))
+    if cfg.positions == "rotary" and cfg.head_size % 2:
+        raise ConfigError(f"positions='rotary' rotates dimension pairs: head size {cfg.head_size} must be even")
+    if cfg.positions != "learned" and (cfg.position_offset or cfg.position_ids != "index"):
+        what = "position_offset" if cfg.position_offset else "position_ids='kept'"
+        raise ConfigError(f"{what} indexes a learned position table; positions={cfg.positions!r} has none")
+    if cfg.positions == "learned" and cfg.position_offset >= cfg.max_positions:
+        raise ConfigError(f"position_offset={cfg.position_offset} leaves no row of the {cfg.max_positions}-row position table")
+    if cfg.positions == "sinusoidal" and cfg.embedding_size % 2:
+        raise ConfigError(f"positions='sinusoidal' needs an even embedding_size, got {cfg.embedding_size}")
+    if cfg.embedding_norm and cfg.norm_position != "pre":
+        raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
+    if cfg.relative_attention_buckets and cfg.relative_attention_buckets < 2:
+        raise ConfigError("relative_attention_buckets must be 0 (off) or >= 2 (one half per direction)")
+    if cfg.attention != "softmax":
+        for name in SOFTMAX_ONLY:
+            if getattr(cfg, name):
+                raise ConfigError(
+                    f"{name}={getattr(cfg, name)} needs attention='softmax': the {cfg.attention} kernel never forms "
+                    "the (N, N) score matrix that a per-pair bias or window acts on")
+    if cfg.rotary_theta_local and not cfg.local_window:
+        raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
+    if cfg.local_window and cfg.global_every == 1:
+        raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
 
 
 def field_names() -> tuple[str, ...]:
