@@ -14,7 +14,7 @@ import onnxruntime as ort
 from ..config import EncoderConfig
 from ..errors import ConfigError, ParityError
 from ..models import Encoder, build_encoder, load_any
-from ..runtime.modelfile import ModelFile, read_model_file
+from ..modelfile import ModelFile, read_model_file
 from .export import check_file, eager_runner
 from ..parity import failed_cases, run_parity
 

@@ -4,7 +4,7 @@ Imports numpy, onnx and onnxruntime only (plus ortformer.config/contract/errors)
 never torch, ortformer.models or ortformer.exporter, so an app can serve models
 without the export extra installed.
 """
-from .modelfile import ModelFile, TensorSpec, read_model_file, resolve_inside, tokenizer_path
+from ..modelfile import ModelFile, TensorSpec, read_model_file, resolve_inside, tokenizer_path
 from .providers import PROVIDERS
 from .session import ProviderFallbackWarning, Runtime
 from .validate import check_inputs

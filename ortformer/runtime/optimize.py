@@ -19,7 +19,7 @@ import onnxruntime as ort
 from .. import contract
 from ..errors import ModelFileError
 from ..parity import compare, grid, make_inputs
-from .modelfile import ModelFile, read_model_file
+from ..modelfile import ModelFile, read_model_file
 
 META_OPTIMIZED = "ortformer.optimized"
 MAX_ABS, MIN_COSINE = 1e-4, 0.99999  # the float32 parity gate: a rewrite may not change the math

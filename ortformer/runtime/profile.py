@@ -25,7 +25,7 @@ import onnxruntime as ort
 from .. import parity
 from ..errors import InputError, OrtformerError
 from . import providers
-from .modelfile import read_model_file
+from ..modelfile import read_model_file
 from .optimize import optimized_for_cpu
 from .session import Runtime
 

@@ -19,7 +19,7 @@ from .. import contract
 from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
 from . import providers
 from .batching import length_batches, pad
-from .modelfile import read_model_file, tokenizer_path
+from ..modelfile import read_model_file, tokenizer_path
 from .optimize import optimized_for_cpu
 from .validate import InputSpec, as_array, check_inputs
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
-from .. import contract
-from ..onnxfile import all_tensors
-from ..config import EncoderConfig
-from ..errors import ConfigError, ModelFileError
+from . import contract
+from .onnxfile import all_tensors
+from .config import EncoderConfig
+from .errors import ConfigError, ModelFileError
 
 if TYPE_CHECKING:
     import onnx
