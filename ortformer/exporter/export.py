@@ -18,7 +18,8 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from .. import __version__, contract
+from .. import contract
+from .._version import __version__
 from ..config import EncoderConfig
 from ..cost import parameter_count
 from ..errors import ExportError, ParityError

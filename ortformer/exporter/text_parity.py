@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract
-from ..bench.corpus import sentences
+from ..corpus import sentences
 from ..config import EncoderConfig
 from ..errors import MissingExtraError, ModelFileError
 from ..parity import row_cosines

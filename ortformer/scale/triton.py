@@ -22,7 +22,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
 
-from .. import __version__, contract
+from .. import contract
+from .._version import __version__
 from ..config import EncoderConfig
 from ..fsutil import replace_synced, temp_beside
 from ..onnxfile import external_locations
