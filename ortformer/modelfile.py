@@ -1,5 +1,9 @@
 """Read an ortformer ONNX file and check it before onnxruntime ever opens it.
 
+The one reader of the file format (onnx only: no torch, no onnxruntime). The runtime,
+the exporter's check step and the Triton writer all read models through it, so the
+checks below, path containment included, hold on every path into a model file.
+
 What is checked, in order, each failure a ModelFileError that names the file and the cause:
 1. the file parses as ONNX (not other bytes, not truncated) and has a graph and opsets;
 2. it carries ortformer metadata of a format this runtime reads, a valid config,
@@ -21,7 +25,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
@@ -44,6 +48,9 @@ _ALLOWED_INPUT_TYPES = {
     contract.TOKEN_TYPE_IDS: ("int64",),
     contract.INPUTS_EMBEDS: ("float32", "float16"),
 }
+# outputs are float32 in every precision (float16 models cast back); float16 is read too,
+# as a half-precision graph a caller may have edited by hand still serves
+_ALLOWED_OUTPUT_TYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,10 @@ class ModelFile:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     external_files: tuple[Path, ...]  # resolved side files holding weights (may be empty)
+    # {location as written in the graph: resolved file}, for writers that copy the model
+    external_data: dict[str, Path] = field(default_factory=dict)
+    ir_version: int = 0
+    opsets: tuple[tuple[str, int], ...] = ()  # (domain, version); "" is the ONNX domain
 
 
 def read_model_file(path: str | os.PathLike) -> ModelFile:
@@ -80,10 +91,11 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
     try:
         metadata = {p.key: p.value for p in model.metadata_props}
         config, parity = _check_metadata(path, metadata)
-        inputs, outputs = _check_graph_io(path, model.graph, config)
+        inputs, outputs = check_graph_io(path, model.graph, config)
         _check_text(path, model.graph)
         _check_tables(path, model.graph, config)
         external = _check_external_data(path, model)
+        opsets = tuple((o.domain, o.version) for o in model.opset_import)
         if metadata.get(contract.META_TOKENIZER):  # refused here, before onnxruntime opens the model
             resolve_inside(path.absolute().parent, metadata[contract.META_TOKENIZER],
                            f"{path}: '{contract.META_TOKENIZER}' metadata")
@@ -93,7 +105,8 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
     return ModelFile(
         path=path, config=config, metadata=metadata, parity=parity,
         source=metadata[contract.META_SOURCE], version=metadata[contract.META_VERSION],
-        inputs=inputs, outputs=outputs, external_files=external,
+        inputs=inputs, outputs=outputs, external_files=tuple(dict.fromkeys(external.values())),
+        external_data=external, ir_version=model.ir_version, opsets=opsets,
     )
 
 
@@ -156,7 +169,9 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, dtype, shape)
 
 
-def _check_graph_io(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig):
+def check_graph_io(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig) -> tuple[tuple[TensorSpec, ...], ...]:
+    """(inputs, outputs) of `graph`, checked against the contract for `cfg`: names, element
+    types and shapes (symbolic axes by name). ModelFileError names the first mismatch."""
     # IR < 4 lists initializers among the inputs; they are weights, not inputs
     weights = {t.name for t in graph.initializer}
     inputs = tuple(_spec(v) for v in graph.input if v.name not in weights)
@@ -168,6 +183,9 @@ def _check_graph_io(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig):
     for spec in inputs:
         if spec.dtype not in _ALLOWED_INPUT_TYPES[spec.name]:
             raise ModelFileError(f"{path}: graph input {spec.name} has type {spec.dtype}; the contract allows {list(_ALLOWED_INPUT_TYPES[spec.name])}")
+    for spec in outputs:
+        if spec.dtype not in _ALLOWED_OUTPUT_TYPES:
+            raise ModelFileError(f"{path}: graph output {spec.name} has type {spec.dtype}; the contract allows {list(_ALLOWED_OUTPUT_TYPES)}")
     # shapes too: a config whose hidden_size differs from the graph's would pass input validation
     # and then fail (or silently mis-shape) inside onnxruntime
     declared = {**contract.input_shapes(cfg), **contract.output_shapes(cfg)}
@@ -248,7 +266,7 @@ def _inline_capacity(tensor: onnx.TensorProto) -> int | None:
     return 8 * len(getattr(tensor, field_name))
 
 
-def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]:
+def _check_external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
     """Every tensor's data is as large as its dims declare; external data stays inside the folder.
 
     A declared size beyond the data actually present (a dims product in the exabytes, an
@@ -258,7 +276,7 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]
     import onnx
 
     folder = path.absolute().parent
-    files: dict[Path, None] = {}  # ordered set
+    files: dict[str, Path] = {}  # location as written -> resolved file
     for tensor in all_tensors(model):
         declared = _declared_bytes(path, tensor)
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
@@ -300,8 +318,8 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> tuple[Path, ...]
                 f"{path}: {what} declares dims {list(tensor.dims)} ({declared} bytes) but {info['location']!r} "
                 f"provides {available} bytes from offset {offset}: the data file is truncated or the model is hostile"
             )
-        files[target] = None
-    return tuple(files)
+        files[info["location"]] = target
+    return files
 
 
 def resolve_inside(folder: Path, name: str, what: str) -> Path:

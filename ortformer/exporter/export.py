@@ -22,7 +22,8 @@ from .. import contract
 from .._version import __version__
 from ..config import EncoderConfig
 from ..cost import parameter_count
-from ..errors import ExportError, ParityError
+from ..errors import ExportError, ModelFileError, ParityError
+from ..modelfile import check_graph_io
 from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
@@ -132,17 +133,16 @@ def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.M
 
 
 def check_file(path: Path, cfg: EncoderConfig) -> None:
-    """onnx.checker (full, by path) and symbolic input/output shapes per the contract."""
+    """onnx.checker (full, by path: it runs shape inference too), then the graph's inputs and
+    outputs against the contract with the model-file reader's own check."""
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as exc:
         raise ExportError(f"onnx.checker rejected the exported model: {exc}") from exc
-    graph = onnx.shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False)).graph
-    declared = {**contract.input_shapes(cfg), **contract.output_shapes(cfg)}
-    for value in list(graph.input) + list(graph.output):
-        dims = [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
-        if dims != declared.get(value.name):
-            raise ExportError(f"{value.name} has shape {dims}; the contract declares {declared.get(value.name)}")
+    try:
+        check_graph_io(path, onnx.load(str(path), load_external_data=False).graph, cfg)
+    except ModelFileError as exc:  # the exporter wrote it: its own failure, not the file's
+        raise ExportError(f"the exported graph breaks the contract: {exc}") from None
 
 
 def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32",

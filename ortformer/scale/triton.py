@@ -1,7 +1,8 @@
 """Write an ortformer ONNX model into a Triton Inference Server model repository.
 
-Torch-free and onnxruntime-free: reads the model with ``onnx`` only, so a repository
-can be prepared on a machine that neither exports nor serves. Layout written::
+Torch-free and onnxruntime-free: reads the model with ortformer.modelfile (``onnx``
+only; the runtime's own reader and checks), so a repository can be prepared on a
+machine that neither exports nor serves. Layout written::
 
     REPO/NAME/config.pbtxt        platform "onnxruntime_onnx", I/O from the graph
     REPO/NAME/1/model.onnx        the model (plus its external-data file(s), if any)
@@ -18,27 +19,22 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
-
-import onnx
+from pathlib import Path, PurePosixPath
 
 from .. import contract
 from .._version import __version__
-from ..config import EncoderConfig
 from ..fsutil import replace_synced, temp_beside
+from ..modelfile import ModelFile, TensorSpec, read_model_file, tokenizer_path
 from ..onnxfile import external_locations
-from ..errors import ConfigError, ExportError, ModelFileError
+from ..errors import ExportError
 
 PLATFORM = "onnxruntime_onnx"
 VERSION = "1"  # Triton serves the highest numeric version folder; we write one
 MODEL_FILENAME = "model.onnx"  # Triton's default_model_filename for onnxruntime_onnx
 DEVICES = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
-# ONNX element type -> Triton DataType. float16 appears only in half-precision exports.
-TRITON_DTYPES = {
-    onnx.TensorProto.INT64: "TYPE_INT64",
-    onnx.TensorProto.FLOAT: "TYPE_FP32",
-    onnx.TensorProto.FLOAT16: "TYPE_FP16",
-}
+# element type (as ortformer.modelfile names it) -> Triton DataType; every type the
+# model-file reader accepts on an input or output has an entry
+TRITON_DTYPES = {"int64": "TYPE_INT64", "float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 # How long the dynamic batcher may hold a request to fill a batch. 1 ms is small next
 # to an encoder forward pass and enough for concurrent clients to share one.
 DEFAULT_QUEUE_DELAY_US = 1000
@@ -71,9 +67,8 @@ def check_name(name: str) -> str:
 def triton_config(onnx_path: str | os.PathLike, name: str, max_batch_size: int = 64, device: str = "cpu",
                   max_queue_delay_us: int = DEFAULT_QUEUE_DELAY_US) -> str:
     """The config.pbtxt text for an ortformer model (validated like write_triton_repo)."""
-    path = Path(onnx_path)
-    model = _load(path)
-    return _render(path, model, check_name(name), _check_batch(max_batch_size), _check_device(device),
+    model = read_model_file(onnx_path)
+    return _render(model, check_name(name), _check_batch(max_batch_size), _check_device(device),
                    _check_delay(max_queue_delay_us))
 
 
@@ -95,10 +90,10 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     name = check_name(src.stem if name is None else name)
     max_batch_size, device = _check_batch(max_batch_size), _check_device(device)
     max_queue_delay_us = _check_delay(max_queue_delay_us)
-    model = _load(src)
-    text = _render(src, model, name, max_batch_size, device, max_queue_delay_us)
-    data_files = _external_data(src, model)
-    tokenizer = _tokenizer(src, model)
+    model = read_model_file(src)  # format, contract, and every side file inside the model's folder
+    text = _render(model, name, max_batch_size, device, max_queue_delay_us)
+    data_files = model.external_data
+    tokenizer = _tokenizer(model)
 
     repo = Path(repo_dir)
     entry = repo / name
@@ -156,68 +151,19 @@ def _check_delay(delay) -> int:
     return delay
 
 
-def _load(path: Path) -> onnx.ModelProto:
-    if not path.is_file():
-        raise ModelFileError(f"{path}: no such model file")
-    try:
-        # weights stay on disk: only metadata, signature and data locations are needed
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises several types depending on the damage
-        raise ModelFileError(f"{path}: not a readable ONNX file: {exc}") from None
-    if not model.HasField("graph"):
-        raise ModelFileError(f"{path}: not an ONNX model (no graph)")
-    return model
-
-
-def _config(path: Path, model: onnx.ModelProto) -> EncoderConfig:
-    meta = {p.key: p.value for p in model.metadata_props}
-    if contract.META_CONFIG not in meta:
-        raise ModelFileError(
-            f"{path}: not an ortformer model: metadata key {contract.META_CONFIG!r} is missing "
-            "(export it with `ortformer export`)"
-        )
-    try:
-        return EncoderConfig.from_json(meta[contract.META_CONFIG])
-    except ConfigError as exc:
-        raise ModelFileError(f"{path}: bad {contract.META_CONFIG!r} metadata: {exc}") from None
-
-
-def _tensor_config(path: Path, value: onnx.ValueInfoProto, declared: list) -> TensorConfig:
-    """Triton dims from the graph, checked against the contract's declared shape."""
-    tensor = value.type.tensor_type
-    if tensor.elem_type not in TRITON_DTYPES:
-        valid = ", ".join(onnx.TensorProto.DataType.Name(t) for t in TRITON_DTYPES)
-        raise ModelFileError(f"{path}: {value.name} has element type "
-                             f"{onnx.TensorProto.DataType.Name(tensor.elem_type)}; Triton configs are written for {valid}")
-    dims = [d.dim_param if d.HasField("dim_param") else d.dim_value for d in tensor.shape.dim]
-    if dims != declared:
-        raise ModelFileError(f"{path}: {value.name} has shape {dims}; the ortformer contract declares {declared}")
+def _tensor_config(spec: TensorSpec) -> TensorConfig:
+    """Triton dims from a graph input or output the model-file reader checked against the contract."""
     # axis 0 is the batch axis Triton adds itself (max_batch_size > 0); symbolic -> -1
-    return TensorConfig(value.name, TRITON_DTYPES[tensor.elem_type],
-                        tuple(-1 if isinstance(d, str) else d for d in dims[1:]))
+    return TensorConfig(spec.name, TRITON_DTYPES[spec.dtype],
+                        tuple(-1 if isinstance(d, str) else d for d in spec.shape[1:]))
 
 
-def _tensors(path: Path, model: onnx.ModelProto, cfg: EncoderConfig) -> tuple[list, list]:
-    weights = {t.name for t in model.graph.initializer}  # IR < 4 lists weights as inputs
-    graph_inputs = {v.name: v for v in model.graph.input if v.name not in weights}
-    graph_outputs = {v.name: v for v in model.graph.output}
-    result = []
-    for kind, got, want, shapes in (
-        ("inputs", graph_inputs, contract.input_names(cfg), contract.input_shapes(cfg)),
-        ("outputs", graph_outputs, contract.output_names(cfg), contract.output_shapes(cfg)),
-    ):
-        if sorted(got) != sorted(want):
-            raise ModelFileError(f"{path}: graph {kind} {list(got)} do not match the ortformer contract "
-                                 f"for its config: expected {want}")
-        result.append([_tensor_config(path, got[n], shapes[n]) for n in want])
-    return result[0], result[1]
-
-
-def _render(path: Path, model: onnx.ModelProto, name: str, max_batch_size: int, device: str,
-            delay_us: int) -> str:
-    cfg = _config(path, model)
-    inputs, outputs = _tensors(path, model, cfg)
-    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+def _render(model: ModelFile, name: str, max_batch_size: int, device: str, delay_us: int) -> str:
+    cfg = model.config
+    # in the contract's order, which is the order clients build their requests in
+    inputs = [_tensor_config(s) for s in sorted(model.inputs, key=lambda s: contract.input_names(cfg).index(s.name))]
+    outputs = [_tensor_config(s) for s in sorted(model.outputs, key=lambda s: contract.output_names(cfg).index(s.name))]
+    opsets = ", ".join(f"{domain or 'ai.onnx'} {version}" for domain, version in model.opsets)
     lines = [
         f"# written by ortformer {__version__}; model {cfg.name!r}, ONNX IR {model.ir_version}, opsets {opsets}.",
         "# The Triton release's onnxruntime must read that IR version and those opsets.",
@@ -248,45 +194,20 @@ def _render(path: Path, model: onnx.ModelProto, name: str, max_batch_size: int, 
 # ----------------------------------------------------------------------- side files
 
 
-def _inside(folder: Path, name: str, what: str) -> Path:
-    """The existing file ``folder/name``; refuses absolute paths, '..' and symlinks out."""
-    valid = "a relative path inside the model's folder"
-    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
-        raise ModelFileError(f"{what}: {name!r} is an absolute path; only {valid} is allowed")
-    if ".." in PureWindowsPath(name).parts:
-        raise ModelFileError(f"{what}: {name!r} contains '..'; only {valid} is allowed")
-    target = (folder / name).resolve()
-    if not target.is_relative_to(folder.resolve()):
-        raise ModelFileError(f"{what}: {name!r} resolves outside the model's folder {folder.resolve()}")
-    return target
-
-
-def _external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
-    """{location as written in the model: source file} for every external-data file."""
-    folder = path.absolute().parent
-    files = {}
-    for location in sorted(external_locations(model)):
-        source = _inside(folder, location, f"{path}: external data")
-        if not source.is_file():
-            raise ModelFileError(f"{path}: external data file {location!r} is missing from {folder}")
-        files[location] = source
-    return files
-
-
 def _old_data_files(path: Path) -> set[str]:
+    """Data files the model already in the repository names (ours, written earlier)."""
+    import onnx
+
     try:
         return external_locations(onnx.load(str(path), load_external_data=False)) if path.is_file() else set()
     except Exception:  # an unreadable old model has no data files we can name
         return set()
 
 
-def _tokenizer(path: Path, model: onnx.ModelProto) -> tuple[str, Path] | None:
-    """(name as in the metadata, file) of the tokenizer, when it exists beside the model."""
-    name = {p.key: p.value for p in model.metadata_props}.get(contract.META_TOKENIZER)
-    if not name:
-        return None
-    source = _inside(path.absolute().parent, name, f"{path}: {contract.META_TOKENIZER!r} metadata")
-    return (name, source) if source.is_file() else None
+def _tokenizer(model: ModelFile) -> tuple[str, Path] | None:
+    """(name as in the metadata, file) of the tokenizer the model names, if any."""
+    source = tokenizer_path(model)
+    return None if source is None else (model.metadata[contract.META_TOKENIZER], source)
 
 
 # ----------------------------------------------------------------------- atomic writes

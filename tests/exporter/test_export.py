@@ -200,3 +200,21 @@ def test_bad_text_options_are_refused_before_tracing(tmp_path, monkeypatch):
     with pytest.raises(ExportError, match=r"text_max_length=65 must be an int in \[1, 64\]"):
         export(preset("tiny"), tmp_path / "m.onnx", text_max_length=65)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_check_file_holds_the_graph_to_the_contract(tokens_model, tmp_path):
+    """check_file uses the model-file reader's contract check: an output axis renamed
+    from 'sequence' (a shape the contract does not declare) is an ExportError."""
+    import onnx
+
+    from ortformer.exporter import check_file
+    from ortformer.runtime import read_model_file
+
+    cfg = read_model_file(tokens_model).config
+    check_file(tokens_model, cfg)
+    model = onnx.load(str(tokens_model))
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "tokens"
+    broken = tmp_path / "broken.onnx"
+    onnx.save(model, str(broken))
+    with pytest.raises(ExportError, match="breaks the contract.*last_hidden_state has shape"):
+        check_file(broken, cfg)

@@ -125,6 +125,7 @@ def test_external_data_is_copied_and_loads(text_model, tmp_path):
     source = folder / "ext.onnx"
     onnx.save_model(onnx.load(str(text_model)), str(source), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="ext.weights", size_threshold=1024)
+    shutil.copy(text_model.parent / "tokenizer.json", folder)  # the model names it: it must be there
     entry = write_triton_repo(source, tmp_path / "repo")
     assert (entry / "1" / "ext.weights").read_bytes() == (folder / "ext.weights").read_bytes()
     session = ort.InferenceSession(str(entry / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
@@ -155,6 +156,33 @@ def test_foreign_and_unsafe_files_are_refused(text_model, tmp_path):
     onnx.save(model, str(sneaky))
     with pytest.raises(ModelFileError, match="contains '..'"):
         write_triton_repo(sneaky, tmp_path / "repo")
+
+
+def test_the_model_file_reader_guards_the_writer(text_model, tmp_path):
+    """The writer reads models with ortformer.modelfile, like the runtime: another format
+    version, a graph that breaks the contract, and a hard-linked data file are refused."""
+    model = onnx.load(str(text_model))
+    next(p for p in model.metadata_props if p.key == contract.META_FORMAT).value = "2"
+    future = tmp_path / "future.onnx"
+    onnx.save(model, str(future))
+    with pytest.raises(ModelFileError, match="format '2' is not supported"):
+        write_triton_repo(future, tmp_path / "repo")
+    model = onnx.load(str(text_model))
+    model.graph.output[0].name = "hidden"
+    renamed = tmp_path / "renamed.onnx"
+    onnx.save(model, str(renamed))
+    with pytest.raises(ModelFileError, match="do not match the ortformer contract"):
+        write_triton_repo(renamed, tmp_path / "repo")
+    folder = tmp_path / "linked"
+    folder.mkdir()
+    source = folder / "ext.onnx"
+    onnx.save_model(onnx.load(str(text_model)), str(source), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="ext.weights", size_threshold=1024)
+    shutil.copy(text_model.parent / "tokenizer.json", folder)  # the model names it: it must be there
+    (tmp_path / "elsewhere.weights").hardlink_to(folder / "ext.weights")
+    with pytest.raises(ModelFileError, match="hard links"):
+        write_triton_repo(source, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
 
 
 def test_cli_writes_entry_and_errors_in_one_line(cli_group, text_model, tmp_path):
