@@ -11,6 +11,7 @@ import click
 from .. import contract
 from ..config import ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITIONS, PRESETS, EncoderConfig, preset
 from ..errors import ConfigError
+from ..parity import GATES, format_report
 from .common import echo_json, human_size
 
 # CLI flag -> EncoderConfig field, for the explicit-architecture flags
@@ -80,8 +81,8 @@ def architecture_options(func):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Destination .onnx file.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
-              help="float16 weights and activations (for CUDA), gated on cosine >= 0.999.")
-@click.option("--quantize", type=click.Choice(["int8"]), help="int8 dynamic quantization of the weight MatMuls, gated on cosine >= 0.99.")
+              help=f"float16 weights and activations (for CUDA), gated on cosine >= {GATES['float16']['min_cosine']}.")
+@click.option("--quantize", type=click.Choice(["int8"]), help=f"int8 dynamic quantization of the weight MatMuls, gated on cosine >= {GATES['int8']['min_cosine']}.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
@@ -115,7 +116,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
         raise ConfigError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
     cfg = None if from_path else config_from_options(preset_name, config_file, flags)
     require_torch("ortformer export")
-    from ..exporter import DEFAULT_OPSET, export, summary_line
+    from ..exporter import DEFAULT_OPSET, export
 
     source = text_max_length = None
     subject = cfg
@@ -158,7 +159,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
                f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size}, {quantize or dtype})")
     click.echo(f"  inputs:  {_shape_text(summary['inputs'])}")
     click.echo(f"  outputs: {_shape_text(summary['outputs'])}")
-    parity_text = "skipped (--no-parity)" if result.report.get("skipped") else summary_line(result.report)
+    parity_text = "skipped (--no-parity)" if result.report.get("skipped") else format_report(result.report)
     click.echo(f"  parity:  {parity_text}")
     click.echo(f"  time:    {result.seconds:.1f} s")
     if triton_entry:
@@ -183,7 +184,6 @@ def check_command(model, against, seed, as_json):
     from ..errors import require_torch
 
     require_torch("ortformer check")
-    from ..exporter import summary_line
     from ..exporter.verify import verify
 
     result = verify(model, against=against, seed=seed)
@@ -194,7 +194,7 @@ def check_command(model, against, seed, as_json):
     if result["parity"] is None:
         click.echo(f"  parity:  not rerun: {result['reference']}")
     else:
-        click.echo(f"  parity:  {summary_line(result['parity'])} against {result['reference']}")
+        click.echo(f"  parity:  {format_report(result['parity'])} against {result['reference']}")
 
 
 COMMANDS = [export_command, check_command]

@@ -10,7 +10,7 @@ import click
 import numpy as np
 
 from .. import contract
-from ..parity import text_summary
+from ..parity import GATES, format_report
 from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
 from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
@@ -267,48 +267,36 @@ def info(ctx, model, as_json, sequence_length):
         click.echo(f"  {part:<20} {count:>14,}")
     click.echo(f"flops       {report['flops']['total']:,} per sequence of {n} tokens "
                f"({', '.join(f'{k} {v:,}' for k, v in flops.items())})")
-    click.echo(f"parity      {parity_summary(runtime.parity)}")
+    click.echo(f"parity      {format_report(runtime.parity)}")
     reason = report["providers"]["cuda_unusable_reason"]
     click.echo(f"providers   usable here: {', '.join(usable)}" + (f" (cuda: {reason})" if reason else ""))
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")
 
 
-@click.command("optimize")
-@_model_argument
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
-@click.option("--force", is_flag=True, help="Replace an existing file.")
-@click.pass_context
-def optimize(ctx, model, output, force):
-    """Apply onnxruntime's graph optimizations once, offline, for the CPU provider.
+_OPTIMIZE_HELP = """Apply onnxruntime's graph optimizations once, offline, for the CPU provider.
 
-    The result is checked against MODEL on the parity grid (float32 gate); a Runtime
-    opening it on CPU with the same onnxruntime skips re-optimizing at every start.
+    The result is checked against MODEL on the parity grid (max_abs <= {max_abs},
+    cosine >= {min_cosine}); a Runtime opening it on CPU with the same onnxruntime
+    skips re-optimizing at every start.
 
     \b
     Examples:
       ortformer optimize minilm.onnx -o minilm.opt.onnx
     """
+
+
+@click.command("optimize", help=_OPTIMIZE_HELP.format(**GATES["optimized"]))  # the gate read from its table
+@_model_argument
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+@click.pass_context
+def optimize(ctx, model, output, force):
     _quiet_onnxruntime(ctx)
     from ..runtime.optimize import optimize_offline
 
     check = optimize_offline(model, output, force=force)
     click.echo(f"wrote {output}: max_abs={check['max_abs']:.2e} min_cos={check['min_cosine']:.6f} "
                f"against {model} over {check['cases']} cases")
-
-
-def parity_summary(report: dict) -> str:
-    """One line from the exporter's parity report (keys per ortformer.exporter.parity)."""
-    if report.get("skipped"):
-        return f"skipped ({report.get('reason', 'no reason given')})"
-    if "passed" not in report:
-        return "no parity report in this file"
-    verdict = "PASS" if report["passed"] else "FAIL"
-    worst = "; ".join(
-        f"{name} max_abs={m.get('max_abs', float('nan')):.2e} min_cos={m.get('min_cosine', float('nan')):.6f}"
-        for name, m in report.get("worst", {}).items()
-    )
-    return (f"{verdict} over {len(report.get('cases', []))} cases ({report.get('dtype', '?')} gate on "
-            f"{report.get('provider', '?')}): {worst}{text_summary(report)}")
 
 
 COMMANDS = [infer, info, optimize]

@@ -4,7 +4,7 @@ from ..errors import require_torch
 require_torch("ortformer.exporter")
 
 from .export import DEFAULT_OPSET, ExportResult, check_file, eager_runner, export, weights_digest  # noqa: E402
-from ..parity import GATES, grid, run_parity, summary_line  # noqa: E402
+from ..parity import GATES, format_report, grid, run_parity  # noqa: E402
 
 __all__ = ["export", "ExportResult", "DEFAULT_OPSET", "check_file", "eager_runner", "weights_digest",
-           "GATES", "grid", "run_parity", "summary_line"]
+           "GATES", "grid", "run_parity", "format_report"]

@@ -84,12 +84,22 @@ def test_a_tokenizer_that_does_not_fit_skips_the_check(tmp_path):
     assert report["skipped"] and "bad.json" in report["reason"]
 
 
-def test_summaries_carry_the_text_line():
-    from ortformer.cli.runtime_cmd import parity_summary
-    from ortformer.parity import summary_line
+def test_the_report_line_carries_the_text_line():
+    from ortformer.parity import format_report
 
     report = {"passed": True, "dtype": "float32", "provider": "CPUExecutionProvider", "cases": [{}],
               "worst": {"sentence_embedding": {"max_abs": 1e-6, "max_rel": 1e-6, "min_cosine": 1.0}},
               "text": {"sentences": 48, "min_cosine": 0.99, "median_cosine": 0.995}}
-    for line in (summary_line(report), parity_summary(report)):
-        assert line.startswith("PASS") and line.endswith("sentence min_cos=0.990000 median=0.995000")
+    line = format_report(report)
+    assert line.startswith("PASS over 1 cases (float32 gate on CPUExecutionProvider)")
+    assert line.endswith("sentence min_cos=0.990000 median=0.995000")
+
+
+def test_the_report_line_survives_hand_written_reports():
+    from ortformer.parity import format_report
+
+    assert format_report({"skipped": True, "reason": "parity disabled by the caller"}) == \
+        "skipped (parity disabled by the caller)"
+    assert format_report({}) == "no parity report in this file"
+    line = format_report({"passed": False, "worst": {"last_hidden_state": {"max_abs": "big", "min_cosine": 0.5}}})
+    assert line == "FAIL over 0 cases (? gate on ?): last_hidden_state max_abs=nan max_rel=nan min_cos=0.500000"
