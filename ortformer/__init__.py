@@ -14,6 +14,7 @@ from .errors import (
     MissingExtraError,
     ModelFileError,
     OrtformerError,
+    OutputError,
     ParityError,
     ProviderError,
 )
@@ -23,7 +24,7 @@ from ._version import __version__
 __all__ = [
     "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
     "OrtformerError", "ConfigError", "CheckpointError", "ExportError", "ParityError",
-    "ModelFileError", "InputError", "ProviderError", "MissingExtraError",
+    "ModelFileError", "OutputError", "InputError", "ProviderError", "MissingExtraError",
 ]
 
 

@@ -18,6 +18,11 @@ class ExportError(OrtformerError):
     """Exporting to ONNX failed, or the destination cannot be written."""
 
 
+class OutputError(OrtformerError):
+    """A destination other than an export's cannot be written as asked: a Triton
+    repository entry (its name, settings or folder), a batch output folder."""
+
+
 class ParityError(ExportError):
     """The exported model's outputs differ from eager PyTorch beyond the gate.
 

@@ -10,8 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
+from .checks import check_int
 from .errors import InputError, MissingExtraError, ModelFileError
 
 
@@ -74,13 +73,9 @@ class TextEncoder:
         text is truncated a TruncationWarning says how many.
         """
         texts = check_texts(texts)
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
-            raise InputError(f"max_length must be an int, got {type(max_length).__name__}")
-        if max_length <= self.num_special_tokens:
-            raise InputError(
-                f"max_length={max_length} leaves no room for text: the tokenizer adds "
-                f"{self.num_special_tokens} special tokens; use max_length >= {self.num_special_tokens + 1}"
-            )
+        max_length = check_int("max_length", max_length, low=self.num_special_tokens + 1,
+                               why=f" (the tokenizer adds {self.num_special_tokens} special tokens: "
+                                   "a shorter length leaves no room for text)")
         if not texts:
             return [], [], 0
         with self._lock:

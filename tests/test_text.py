@@ -83,7 +83,8 @@ def test_non_string_inputs_are_refused(encoder, texts, message):
         encoder.encode(texts, max_length=16)
 
 
-@pytest.mark.parametrize("max_length,message", [(2, "max_length >= 3"), (0, "max_length >= 3"),
+@pytest.mark.parametrize("max_length,message", [(2, r"max_length=2 must be an int >= 3 \(the tokenizer adds 2 special"),
+                                                 (0, "must be an int >= 3"),
                                                  (8.0, "must be an int"), (True, "must be an int")])
 def test_bad_max_length(encoder, max_length, message):
     with pytest.raises(InputError, match=message):

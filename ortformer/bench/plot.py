@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..fsutil import staged
+
 
 def plot_long(result: dict, path: Path) -> bool:
     """Latency and peak RSS against N per attention kind, log-log, with O(N) and O(N^2) guides.
@@ -36,6 +38,7 @@ def plot_long(result: dict, path: Path) -> bool:
         ax.legend(fontsize=8)
     fig.suptitle(f"ortformer bench long: {result['model']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with staged(Path(path), suffix=Path(path).suffix) as tmp:  # matplotlib picks the format by extension
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return True

@@ -19,6 +19,7 @@ import onnxruntime as ort
 import torch
 
 from .. import contract
+from ..checks import check_int
 from .._version import __version__
 from ..config import EncoderConfig
 from ..cost import parameter_count
@@ -193,8 +194,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
             raise ExportError(f"tokenizer {tokenizer} is not a file; give a tokenizer.json path")
         meta[contract.META_TOKENIZER] = tokenizer_name
     if text_max_length is not None:
-        if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_positions:
-            raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_positions}]")
+        check_int("text_max_length", text_max_length, high=cfg.max_positions, error=ExportError)
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
 
     step("tracing with torch.onnx.export (dynamo)")

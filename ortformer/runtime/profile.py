@@ -23,7 +23,8 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import parity
-from ..errors import InputError, OrtformerError
+from ..checks import check_int
+from ..errors import OrtformerError
 from . import providers
 from ..modelfile import read_model_file
 from .optimize import optimized_for_cpu
@@ -32,13 +33,6 @@ from .session import Runtime
 KERNEL_SUFFIX = "_kernel_time"
 TOP_NODES = 10
 DEFAULT_SEQUENCE = 128
-
-
-def _positive(name: str, value, high: int | None = None, low: int = 1, why: str = "") -> None:
-    """Raise InputError unless value is an int in [low, high] (high None: no upper bound)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        valid = f"an int in [{low}, {high}]{why}" if high is not None else f"an int >= {low}"
-        raise InputError(f"{name}={value!r} is invalid; valid: {valid}")
 
 
 def synthetic_feeds(runtime: Runtime, batch: int, sequence: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -93,9 +87,9 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = 
     profiler; return a JSON-able report: median wall ms per timed run, kernel ms per
     run, time per op type (with its share of kernel time) and the TOP_NODES slowest nodes.
     The model is opened through Runtime, so every file check applies."""
-    _positive("batch", batch)
-    _positive("runs", runs)
-    _positive("warmup", warmup, low=0)
+    check_int("batch", batch)
+    check_int("runs", runs)
+    check_int("warmup", warmup, low=0)
     with tempfile.TemporaryDirectory(prefix="ortformer-profile-") as folder:
         options = providers.session_options(threads)
         options.enable_profiling = True
@@ -107,7 +101,7 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = 
         try:
             if sequence is None:  # 128 tokens, or the model's longest when that is shorter
                 sequence = min(DEFAULT_SEQUENCE, runtime.config.max_positions)
-            _positive("sequence", sequence, runtime.config.max_positions, why=" (the model's max_positions)")
+            check_int("sequence", sequence, high=runtime.config.max_positions, why=" (the model's max_positions)")
             feeds = synthetic_feeds(runtime, batch, sequence)
             for _ in range(warmup):
                 runtime.run(**feeds)

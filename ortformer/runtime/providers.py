@@ -13,7 +13,8 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from ..errors import InputError, ProviderError
+from ..checks import check_int
+from ..errors import ProviderError
 
 PROVIDERS = ("auto", "cpu", "cuda")
 CPU_EP = "CPUExecutionProvider"
@@ -29,10 +30,9 @@ _cuda_failed: set[int] = set()
 def check_request(provider: str, device_id: int, threads: int | None) -> None:
     if provider not in PROVIDERS:
         raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
-    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
-        raise ProviderError(f"device_id={device_id!r} must be a CUDA device index >= 0")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise InputError(f"threads={threads!r} must be a positive integer, or None for onnxruntime's default")
+    check_int("device_id", device_id, low=0, error=ProviderError, why=" (a CUDA device index)")
+    if threads is not None:
+        check_int("threads", threads, why=", or None for onnxruntime's default")
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:

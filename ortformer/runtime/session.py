@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
+from ..checks import check_int
 from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
 from . import providers
 from .batching import length_batches, pad
@@ -168,8 +169,7 @@ class Runtime:
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
         length = self.text_max_length if max_length is None else max_length
-        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= self.config.max_positions:
-            raise InputError(f"max_length={length!r} must be an int in [1, {self.config.max_positions}]")
+        check_int("max_length", length, high=self.config.max_positions)
         ids, _, _ = self._text_encoder.encode(texts, length)
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens)
 
@@ -237,12 +237,11 @@ class Runtime:
         (len_i, F) arrays. Results are in the caller's order and equal unbatched runs.
         """
         name = self.select_output(output)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size={batch_size!r} must be a positive integer")
+        check_int("batch_size", batch_size)
         if max_tokens is None and self.provider == "cpu":
             max_tokens = CPU_TOKENS_PER_THREAD * self.threads
-        elif max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-            raise InputError(f"max_tokens={max_tokens!r} must be a positive integer (or None for the default)")
+        elif max_tokens is not None:
+            check_int("max_tokens", max_tokens, why=" (or None for the default)")
         if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
             raise InputError(f"sequences must be a list of sequences, got {type(sequences).__name__}; wrap one sequence as [sequence]")
         arrays = [self._checked_sequence(i, s) for i, s in enumerate(sequences)]

@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ExportError, InputError, MissingExtraError, ModelFileError, OrtformerError
+from ..checks import check_int
+from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerError, OutputError
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
 
@@ -130,8 +131,7 @@ def embed_corpus(model_path, input_path, output_path, *, ray_address: str | None
 
 def _check_arguments(num_actors, batch_size, provider, text_field, id_field) -> None:
     for name, value in (("num_actors", num_actors), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{name}={value!r} must be a positive integer")
+        check_int(name, value)
     if provider not in PROVIDERS:
         raise InputError(f"provider={provider!r} is not valid; choose one of {', '.join(PROVIDERS)}")
     for name, value in (("text_field", text_field), ("id_field", id_field)):
@@ -159,22 +159,22 @@ def _model_stamp(path: Path) -> dict[str, Any]:
 def _prepare_output(out: Path, plan: Plan, resume: bool) -> None:
     """Create the output folder, or check an existing one may be continued; write the plan."""
     if out.exists() and not out.is_dir():
-        raise ExportError(f"output {out} exists and is not a folder; choose a new path (e.g. embeddings.parquet)")
+        raise OutputError(f"output {out} exists and is not a folder; choose a new path (e.g. embeddings.parquet)")
     if out.is_dir() and any(out.iterdir()):
         old = read_json(out / MANIFEST)
         if old is None:
-            raise ExportError(f"output {out} is a non-empty folder that is not an ortformer batch output; "
+            raise OutputError(f"output {out} is a non-empty folder that is not an ortformer batch output; "
                               "choose a new path")
         if not resume:
-            raise ExportError(f"output {out} already exists; pass resume=True (--resume) to continue it, "
+            raise OutputError(f"output {out} already exists; pass resume=True (--resume) to continue it, "
                               "or remove it to start over")
         if old.get("plan_id") != plan.plan_id:
-            raise ExportError(f"cannot resume {out}: {_plan_difference(old, plan.to_dict())} since it was "
+            raise OutputError(f"cannot resume {out}: {_plan_difference(old, plan.to_dict())} since it was "
                               "started; remove it to start over, or resume with the original settings")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ExportError(f"cannot create output folder {out}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot create output folder {out}: {exc.strerror or exc}") from None
     remove_stale(out)
     write_json(out / MANIFEST, plan.to_dict())
 

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..fsutil import replace_synced, temp_beside
+from ..checks import check_int
+from ..fsutil import staged, write_atomic
 from ..errors import InputError, MissingExtraError
 
 FORMAT = 1
@@ -135,8 +136,8 @@ def plan_corpus(path: Path, model: dict[str, Any], text_field: str, id_field: st
     """Cut ``path`` into shards. Reads every JSONL line once (no JSON parsing beyond the
     first record), or only the parquet footer and schema."""
     kind = input_kind(path)
-    if shard_rows is not None and (isinstance(shard_rows, bool) or not isinstance(shard_rows, int) or shard_rows < 1):
-        raise InputError(f"shard_rows={shard_rows!r} must be a positive integer")
+    if shard_rows is not None:
+        check_int("shard_rows", shard_rows)
     stamp = {**file_stamp(path), "kind": kind}
     if kind == "jsonl":
         offsets, blank, id_type = _scan_jsonl(path, text_field, id_field)
@@ -308,12 +309,8 @@ def write_shard(out: Path, plan: Plan, shard: Shard, ids: list, embeddings: np.n
     table = pa.table({"id": pa.array(ids, type=pa.int64() if plan.id_type == "int64" else pa.string()),
                       "embedding": vectors})
     part = out / shard.part_name
-    tmp = _temp(out, shard.part_name)
-    try:
+    with staged(part) as tmp:  # the bytes are on disk before the name points at them
         pq.write_table(table, tmp)
-        _replace(tmp, part)
-    finally:
-        tmp.unlink(missing_ok=True)
     marker = {"plan_id": plan.plan_id, "shard": shard.index, "rows": rows, "dim": width,
               "bytes": part.stat().st_size, "seconds": round(seconds, 4), "finished": time.time()}
     write_json(out / DONE_DIR / f"{part.stem}.json", marker)
@@ -347,12 +344,7 @@ def remove_stale(out: Path) -> None:
 
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp(path.parent, path.name)
-    try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        _replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def read_json(path: Path) -> dict | None:
@@ -361,11 +353,3 @@ def read_json(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _temp(folder: Path, name: str) -> Path:
-    return temp_beside(folder / name)
-
-
-def _replace(tmp: Path, dest: Path) -> None:
-    replace_synced(tmp, dest)  # the bytes are on disk before the name points at them

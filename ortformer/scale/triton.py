@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .. import contract
 from .._version import __version__
-from ..fsutil import replace_synced, temp_beside
+from ..checks import check_int
+from ..fsutil import copy_atomic, write_atomic
 from ..modelfile import ModelFile, TensorSpec, read_model_file, tokenizer_path
 from ..onnxfile import external_locations
-from ..errors import ExportError
+from ..errors import OutputError
 
 PLATFORM = "onnxruntime_onnx"
 VERSION = "1"  # Triton serves the highest numeric version folder; we write one
@@ -58,9 +58,9 @@ class TensorConfig:
 
 
 def check_name(name: str) -> str:
-    """``name`` if it is a safe model (and folder) name, else ExportError saying what is valid."""
+    """``name`` if it is a safe model (and folder) name, else OutputError saying what is valid."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
-        raise ExportError(f"Triton model name {name!r} is not valid: use {_NAME_RULE}")
+        raise OutputError(f"Triton model name {name!r} is not valid: use {_NAME_RULE}")
     return name
 
 
@@ -83,7 +83,7 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     force: replace an existing ``repo_dir/NAME`` entry (files are swapped one by one,
     atomically, so a running server never sees a half-written model).
 
-    Raises ModelFileError when the file is not a readable ortformer model, ExportError
+    Raises ModelFileError when the file is not a readable ortformer model, OutputError
     for a bad name, device, batch size or an existing entry without ``force``.
     """
     src = Path(onnx_path)
@@ -98,16 +98,16 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     repo = Path(repo_dir)
     entry = repo / name
     if repo.exists() and not repo.is_dir():
-        raise ExportError(f"repository {repo} exists and is not a folder; give a folder path")
+        raise OutputError(f"repository {repo} exists and is not a folder; give a folder path")
     if entry.exists() and not force:
-        raise ExportError(f"{entry} already exists; pass force=True (--force) to replace it")
+        raise OutputError(f"{entry} already exists; pass force=True (--force) to replace it")
     if entry.exists() and not entry.is_dir():
-        raise ExportError(f"{entry} exists and is not a folder; remove it or choose another --name")
+        raise OutputError(f"{entry} exists and is not a folder; remove it or choose another --name")
     version_dir = entry / VERSION
     try:
         version_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ExportError(f"cannot create {version_dir}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot create {version_dir}: {exc.strerror or exc}") from None
 
     old_data = _old_data_files(version_dir / MODEL_FILENAME)
     # side files first: the old model.onnx keeps pointing at its own data until it is replaced
@@ -134,21 +134,17 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
 
 def _check_batch(max_batch_size) -> int:
     # 0 would mean "no batching" to Triton, and then dims must include the batch axis
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
-        raise ExportError(f"max_batch_size={max_batch_size!r} is not valid: use an integer >= 1")
-    return max_batch_size
+    return check_int("max_batch_size", max_batch_size, error=OutputError)
 
 
 def _check_device(device) -> str:
     if device not in DEVICES:
-        raise ExportError(f"device={device!r} is not valid: choose one of {', '.join(DEVICES)}")
+        raise OutputError(f"device={device!r} is not valid: choose one of {', '.join(DEVICES)}")
     return device
 
 
 def _check_delay(delay) -> int:
-    if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
-        raise ExportError(f"max_queue_delay_us={delay!r} is not valid: use an integer >= 0")
-    return delay
+    return check_int("max_queue_delay_us", delay, low=0, error=OutputError)
 
 
 def _tensor_config(spec: TensorSpec) -> TensorConfig:
@@ -215,36 +211,14 @@ def _tokenizer(model: ModelFile) -> tuple[str, Path] | None:
 
 def _atomic_copy(source: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(dest)
     try:
-        try:
-            shutil.copyfile(source, tmp)
-        except OSError as exc:
-            raise ExportError(f"cannot copy {source} to {dest}: {exc.strerror or exc}") from None
-        _commit(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+        copy_atomic(source, dest)
+    except OSError as exc:
+        raise OutputError(f"cannot copy {source} to {dest}: {exc.strerror or exc}") from None
 
 
 def _atomic_write(dest: Path, text: str) -> None:
-    tmp = _temp_beside(dest)
     try:
-        tmp.write_text(text)
-        _commit(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _temp_beside(dest: Path) -> Path:
-    # Triton ignores files in a version folder other than model.onnx and its data
-    try:
-        return temp_beside(dest)
+        write_atomic(dest, text)
     except OSError as exc:
-        raise ExportError(f"cannot write into {dest.parent}: {exc.strerror or exc}") from None
-
-
-def _commit(tmp: Path, dest: Path) -> None:
-    try:
-        replace_synced(tmp, dest)
-    except OSError as exc:
-        raise ExportError(f"cannot write {dest}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write {dest}: {exc.strerror or exc}") from None

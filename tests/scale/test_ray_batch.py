@@ -17,7 +17,7 @@ pytest.importorskip("ray.data")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from ortformer.errors import ExportError, InputError, ModelFileError  # noqa: E402
+from ortformer.errors import InputError, ModelFileError, OutputError  # noqa: E402
 from ortformer.runtime import Runtime  # noqa: E402
 from ortformer.scale import embed_corpus  # noqa: E402
 
@@ -116,9 +116,9 @@ def test_resume_redoes_only_unfinished_shards(first_run, corpus, reference, text
 
 def test_existing_output_needs_resume_and_the_same_plan(first_run, corpus, text_model):
     out = first_run[0]
-    with pytest.raises(ExportError, match="already exists; pass resume=True"):
+    with pytest.raises(OutputError, match="already exists; pass resume=True"):
         embed_corpus(text_model, corpus[0], out, shard_rows=64)
-    with pytest.raises(ExportError, match="cannot resume .*shard_rows differs"):
+    with pytest.raises(OutputError, match="cannot resume .*shard_rows differs"):
         embed_corpus(text_model, corpus[0], out, shard_rows=32, resume=True)
     stats = embed_corpus(text_model, corpus[0], out, shard_rows=64, resume=True)  # all done: no work
     assert (stats["rows_embedded"], stats["shards_skipped"]) == (0, 5)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ortformer import contract
 from ortformer.config import EncoderConfig
-from ortformer.errors import ExportError, ModelFileError
+from ortformer.errors import ModelFileError, OutputError
 from ortformer.scale import write_triton_repo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_feature_model_config_matches_graph(features_model, tmp_path):
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "", "a\\b", ".hidden", "..", "a..b", "x y", "/abs", "é"])
 def test_bad_names_are_refused(text_model, tmp_path, name):
-    with pytest.raises(ExportError, match="letters, digits"):
+    with pytest.raises(OutputError, match="letters, digits"):
         write_triton_repo(text_model, tmp_path / "repo", name=name)
     assert not (tmp_path / "repo").exists()  # refused before anything is written
 
@@ -95,7 +95,7 @@ def test_bad_names_are_refused(text_model, tmp_path, name):
 def test_bad_default_name_asks_for_a_valid_one(text_model, tmp_path):
     odd = tmp_path / "my model.onnx"
     shutil.copy(text_model, odd)
-    with pytest.raises(ExportError, match="'my model' is not valid"):
+    with pytest.raises(OutputError, match="'my model' is not valid"):
         write_triton_repo(odd, tmp_path / "repo")
 
 
@@ -103,14 +103,14 @@ def test_bad_default_name_asks_for_a_valid_one(text_model, tmp_path):
                                            ({"max_batch_size": True}, "max_batch_size"),
                                            ({"device": "tpu"}, "choose one of cpu, gpu")])
 def test_bad_settings_are_refused(text_model, tmp_path, kwargs, match):
-    with pytest.raises(ExportError, match=match):
+    with pytest.raises(OutputError, match=match):
         write_triton_repo(text_model, tmp_path, **kwargs)
 
 
 def test_existing_entry_needs_force(text_model, tmp_path):
     entry = write_triton_repo(text_model, tmp_path, name="m")
     before = (entry / "config.pbtxt").read_text()
-    with pytest.raises(ExportError, match="already exists.*force"):
+    with pytest.raises(OutputError, match="already exists.*force"):
         write_triton_repo(text_model, tmp_path, name="m", max_batch_size=4)
     assert (entry / "config.pbtxt").read_text() == before
     write_triton_repo(text_model, tmp_path, name="m", max_batch_size=4, force=True)
