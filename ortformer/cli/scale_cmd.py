@@ -10,7 +10,7 @@ import warnings
 
 import click
 
-from ..scale.ray_batch import PROVIDERS
+from ..scale.ray_batch import BATCH_PROVIDERS
 from ..scale.triton import DEVICES, MODEL_FILENAME, VERSION, write_triton_repo
 
 
@@ -77,7 +77,7 @@ class _ProgressLine:
               help="Actors, each holding one onnxruntime session.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Texts per model call (sorted by token length first).")
-@click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True,
+@click.option("--provider", type=click.Choice(BATCH_PROVIDERS), default="cpu", show_default=True,
               help="cuda gives each actor one GPU.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted output, skipping its finished shards.")
 @click.option("--text-field", default="text", show_default=True, help="Field (or column) holding the text.")

@@ -33,7 +33,8 @@ from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerErr
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
 
-PROVIDERS = ("cpu", "cuda")
+# no "auto" here: each actor is placed on a CPU or given a GPU by Ray before its session opens
+BATCH_PROVIDERS = ("cpu", "cuda")
 # a local instance on a small machine: the object store only carries shard numbers and
 # per-shard stats (the embeddings go straight to disk from the actors)
 LOCAL_OBJECT_STORE_BYTES = 500 * 1024 * 1024
@@ -132,8 +133,8 @@ def embed_corpus(model_path, input_path, output_path, *, ray_address: str | None
 def _check_arguments(num_actors, batch_size, provider, text_field, id_field) -> None:
     for name, value in (("num_actors", num_actors), ("batch_size", batch_size)):
         check_int(name, value)
-    if provider not in PROVIDERS:
-        raise InputError(f"provider={provider!r} is not valid; choose one of {', '.join(PROVIDERS)}")
+    if provider not in BATCH_PROVIDERS:
+        raise InputError(f"provider={provider!r} is not valid; choose one of {', '.join(BATCH_PROVIDERS)}")
     for name, value in (("text_field", text_field), ("id_field", id_field)):
         if not isinstance(value, str) or not value:
             raise InputError(f"{name}={value!r} must be a non-empty field name")
@@ -345,4 +346,4 @@ def _duplicate_ids(out: Path, plan: Plan) -> int:
     return duplicates
 
 
-__all__ = ["embed_corpus", "ShardEmbedder", "DuplicateIdWarning", "PROVIDERS"]
+__all__ = ["embed_corpus", "ShardEmbedder", "DuplicateIdWarning", "BATCH_PROVIDERS"]
