@@ -135,8 +135,12 @@ def test_export_writes_a_triton_repository_entry(tmp_path):
     from google.protobuf import text_format
 
     repo = tmp_path / "models"
-    out = invoke("export", "--preset", "tiny", "--no-parity", "-o", tmp_path / "tiny.onnx",
-                 "--triton-repo", repo, "--triton-name", "enc", "--max-batch-size", "16").stdout
+    result = invoke("export", "--preset", "tiny", "--no-parity", "-o", tmp_path / "tiny.onnx",
+                    "--triton-repo", repo, "--triton-name", "enc", "--max-batch-size", "16")
+    out = result.stdout
+    # without the parity gate the export has three steps, and the progress lines count three
+    steps = [line.split("]")[0] + "]" for line in result.stderr.splitlines() if line.startswith("[")]
+    assert steps == ["[1/3]", "[2/3]", "[3/3]"], result.stderr
     assert f"triton:  {repo / 'enc'}" in out
     config = text_format.Parse((repo / "enc" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     assert (config.name, config.platform, config.max_batch_size) == ("enc", "onnxruntime_onnx", 16)

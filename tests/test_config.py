@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def test_partial_json_takes_defaults_for_missing_fields():
 
 
 def test_config_is_frozen():
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         preset("tiny").hidden_size = 3
 
 

@@ -116,7 +116,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
         raise ConfigError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
     cfg = None if from_path else config_from_options(preset_name, config_file, flags)
     require_torch("ortformer export")
-    from ..exporter import DEFAULT_OPSET, export
+    from ..exporter import DEFAULT_OPSET, export, export_steps
 
     source = text_max_length = None
     subject = cfg
@@ -129,10 +129,11 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
         cfg = loaded.model.config
 
     steps = iter(range(1, 100))
+    total = len(export_steps(quantize=quantize, parity=not no_parity))
 
     def progress(message: str) -> None:
         if not as_json and message != "done":
-            click.echo(f"[{next(steps)}/{4 + bool(quantize)}] {message} ...", err=True)
+            click.echo(f"[{next(steps)}/{total}] {message} ...", err=True)
 
     result = export(subject, output, opset=opset or DEFAULT_OPSET, dtype=dtype, quantize=quantize, seed=seed,
                     parity=not no_parity,

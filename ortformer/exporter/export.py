@@ -146,6 +146,14 @@ def check_file(path: Path, cfg: EncoderConfig) -> None:
         raise ExportError(f"the exported graph breaks the contract: {exc}") from None
 
 
+def export_steps(*, quantize: str | None = None, parity: bool = True) -> list[str]:
+    """The progress messages export() sends, in order, for these arguments (export() walks
+    this list, so a caller counting steps, e.g. the CLI's [n/total], cannot drift from it)."""
+    return ["tracing with torch.onnx.export (dynamo)", "writing",
+            *(["int8 dynamic quantization"] if quantize == "int8" else []),
+            "onnx.checker (full)", *(["parity gate against eager PyTorch"] if parity else [])]
+
+
 def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32",
            quantize: str | None = None, seed: int = 0,
            source: str | None = None, parity: bool = True, force: bool = False,
@@ -164,7 +172,11 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     dtype / quantize: "float16" weights and activations, or "int8" dynamic quantization;
         both gated on cosine against the float32 eager model.
     """
-    step = progress or (lambda message: None)
+    report_progress = progress or (lambda message: None)
+    plan = iter(export_steps(quantize=quantize, parity=parity))
+
+    def step() -> None:
+        report_progress(next(plan))
     start = time.perf_counter()
     if opset not in SUPPORTED_OPSETS:
         raise ExportError(f"opset {opset} is not supported; choose {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
@@ -197,7 +209,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         check_int("text_max_length", text_max_length, high=cfg.max_positions, error=ExportError)
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
 
-    step("tracing with torch.onnx.export (dynamo)")
+    step()  # tracing
     with _attention_fusion(model, fused_ops):
         proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset, fused_ops)
     meta.update({
@@ -208,21 +220,21 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
     })
     set_metadata(proto, meta)
-    step("writing")
+    step()  # writing
     staged = stage_model(proto, dest, force)
     del proto
     try:
         if tokenizer is not None:
             staged.add_side_file(Path(tokenizer), tokenizer_name)
         if quantize == "int8":
-            step("int8 dynamic quantization")
+            step()  # int8 dynamic quantization
             quantized = staged.path.with_name("int8.onnx")
             quantize_int8(staged.path, quantized)
             os.replace(quantized, staged.path)
-        step("onnx.checker (full)")
+        step()  # onnx.checker
         check_file(staged.path, cfg)
         if parity:
-            step("parity gate against eager PyTorch")
+            step()  # the parity gate
             report = _gate(staged, reference or model, cfg, precision, keep_failed,
                            tokenizer=tokenizer, text_max_length=text_max_length)
         else:
@@ -231,7 +243,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         files = staged.commit(force)
     finally:
         staged.discard()
-    step("done")
+    report_progress("done")
     return ExportResult(dest, cfg, report, source, parameter_count(cfg), time.perf_counter() - start, files)
 
 

@@ -6,8 +6,8 @@ arrays), or raises InputError. Any other exception, a NaN/inf returned, an
 invalid input accepted or a valid one refused is a failure. After every call the
 same Runtime still answers a fixed good request bit for bit.
 
-Validity is decided by an oracle written here from the contract (ARCHITECTURE.md,
-runtime/validate.py docstring), independently of the runtime's own checks.
+Validity is decided by an oracle written here from the contract (ortformer/contract.py,
+ortformer/runtime/validate.py docstring), independently of the runtime's own checks.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Models for tests/scale, exported once per session with the real exporter (~8 s each)."""
+"""Models for tests/scale, exported once per session with the real exporter (~8 s each).
+features_model (float features, no token types) is the session one from tests/conftest.py."""
 from __future__ import annotations
 
 import shutil
@@ -42,16 +43,6 @@ def text_model(tmp_path_factory) -> Path:
     export(preset("tiny", vocab_size=30522), path, parity=False)
     shutil.copy(minilm_tokenizer(), folder / "tokenizer.json")
     set_metadata(path, contract.META_TOKENIZER, "tokenizer.json")
-    return path
-
-
-@pytest.fixture(scope="session")
-def features_model(tmp_path_factory) -> Path:
-    """tiny with float-feature input (vocab_size = 0) and no token types."""
-    from ortformer.exporter import export
-
-    path = tmp_path_factory.mktemp("features_model") / "features.onnx"
-    export(preset("tiny", vocab_size=0, type_vocab_size=0), path, parity=False)
     return path
 
 
