@@ -1,4 +1,5 @@
-"""What every verb shares: one-line errors, --debug tracebacks, JSON output."""
+"""What every verb shares: one-line errors, --debug tracebacks, JSON output, the MODEL
+argument and a quiet onnxruntime logger."""
 from __future__ import annotations
 
 import json
@@ -38,3 +39,17 @@ def human_size(n: int) -> str:
 
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def quiet_onnxruntime(ctx: click.Context) -> None:
+    """onnxruntime logs a failed CUDA load to stderr in red; our own errors name the cause,
+    so the CLI keeps its stderr to one line unless --debug."""
+    if not (ctx.find_root().obj or {}).get("debug"):
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(4)
+
+
+def model_argument(func):
+    """The MODEL argument of the verbs that read a model file."""
+    return click.argument("model", type=click.Path(exists=True, dir_okay=False))(func)

@@ -5,12 +5,11 @@ import click
 
 from ..runtime import PROVIDERS
 from ..runtime.profile import profile_ops
-from .common import echo_json
-from .runtime_cmd import _model_argument, _quiet_onnxruntime
+from .common import echo_json, model_argument, quiet_onnxruntime
 
 
 @click.command("profile")
-@_model_argument
+@model_argument
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Rows B of the synthetic input.")
 @click.option("--sequence", type=click.IntRange(min=1),
               help="Tokens N per row (default 128, or the model's max_positions when shorter).")
@@ -34,7 +33,7 @@ def profile(ctx, model, batch, sequence, runs, threads, provider, as_json, top):
       ortformer profile minilm.onnx --batch 8 --sequence 256 --threads 4 --top 5
       ortformer profile minilm.onnx --provider cuda --json
     """
-    _quiet_onnxruntime(ctx)
+    quiet_onnxruntime(ctx)
     report = profile_ops(model, batch=batch, sequence=sequence, runs=runs, threads=threads, provider=provider)
     if as_json:
         echo_json({**report, "ops": report["ops"][:top]})

@@ -11,27 +11,12 @@ import numpy as np
 
 from .. import contract
 from ..parity import GATES, format_report
-from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
 from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
-from ..runtime.providers import cuda_failure_reason
 from ..runtime.validate import as_array
-from .common import CliError, echo_json, human_size
+from .common import CliError, echo_json, human_size, model_argument, quiet_onnxruntime
 
 OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING)
-
-
-def _quiet_onnxruntime(ctx: click.Context) -> None:
-    """onnxruntime logs a failed CUDA load to stderr in red; our own errors name the cause,
-    so the CLI keeps its stderr to one line unless --debug."""
-    if not (ctx.find_root().obj or {}).get("debug"):
-        import onnxruntime
-
-        onnxruntime.set_default_logger_severity(4)
-
-
-def _model_argument(func):
-    return click.argument("model", type=click.Path(exists=True, dir_okay=False))(func)
 
 
 def _parse_json(text: str, what: str):
@@ -129,7 +114,7 @@ def _jsonable(result):
 
 
 @click.command("infer")
-@_model_argument
+@model_argument
 @click.option("--ids", help="Token ids as JSON: one list, or a list of lists (ragged is fine without --mask).")
 @click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False),
               help="Input file: .json (like --ids) or .npy (int ids (B, N), or float features (B, N, F)).")
@@ -164,7 +149,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
       ortformer infer minilm.onnx --text "A first sentence." --text "Another one."
       ortformer infer minilm.onnx --text-file sentences.txt -o embeddings.npy
     """
-    _quiet_onnxruntime(ctx)
+    quiet_onnxruntime(ctx)
     fmt = fmt or ("npy" if out and out.endswith(".npy") else "json")
     text_input = _read_texts(texts, text_file)
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
@@ -213,7 +198,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
 
 
 @click.command("info")
-@_model_argument
+@model_argument
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object (full parity report).")
 @click.option("--sequence-length", type=click.IntRange(min=1), help="Length N for the FLOP count (default min(128, max_positions)).")
 @click.pass_context
@@ -225,50 +210,31 @@ def info(ctx, model, as_json, sequence_length):
       ortformer info tiny.onnx
       ortformer info tiny.onnx --json --sequence-length 512
     """
-    _quiet_onnxruntime(ctx)
+    quiet_onnxruntime(ctx)
     import onnxruntime
 
-    runtime = Runtime(model, "auto")
-    cfg, file = runtime.config, runtime.model_file
-    n = sequence_length or min(128, cfg.max_positions)
-    flops = flops_per_sequence(cfg, n)
-    usable = ["cuda", "cpu"] if runtime.provider == "cuda" else ["cpu"]
-    report = {
-        "path": str(runtime.path),
-        # every file the model consists of, as export counts them: weights side files and tokenizer
-        "files": {str(p): p.stat().st_size for p in (runtime.path.resolve(), *file.external_files,
-                                                      *filter(None, [runtime.tokenizer_path()]))},
-        "format": runtime.metadata[contract.META_FORMAT],
-        "version": file.version,
-        "source": runtime.source,
-        "config": cfg.to_dict(),
-        "inputs": [s.to_dict() for s in file.inputs],
-        "outputs": [s.to_dict() for s in file.outputs],
-        "parameters": {"total": parameter_count(cfg), **parameter_breakdown(cfg)},
-        "flops": {"sequence_length": n, "total": sum(flops.values()), **flops},
-        "parity": runtime.parity,
-        "providers": {
-            "available": onnxruntime.get_available_providers(),
-            "usable": usable,
-            "cuda_unusable_reason": None if "cuda" in usable else cuda_failure_reason(0),
-        },
-    }
+    from ..runtime.describe import describe
+
+    report = describe(model, sequence_length)
     if as_json:
         echo_json(report)
         return
+    config = report["config"]
     click.echo(f"model       {report['path']} ({human_size(sum(report['files'].values()))} in {len(report['files'])} file(s))")
-    click.echo(f"name        {cfg.name}   ortformer {file.version}, format {report['format']}   source {runtime.source}")
-    click.echo("config      " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items() if k not in ("format", "name")))
-    for label, specs in (("inputs", file.inputs), ("outputs", file.outputs)):
-        for i, s in enumerate(specs):
-            click.echo(f"{label if i == 0 else '':<11} {s.name} {s.dtype} [{', '.join(map(str, s.shape))}]")
+    click.echo(f"name        {config['name']}   ortformer {report['version']}, format {report['format']}   source {report['source']}")
+    click.echo("config      " + " ".join(f"{k}={v}" for k, v in config.items() if k not in ("format", "name")))
+    for label in ("inputs", "outputs"):
+        for i, s in enumerate(report[label]):
+            click.echo(f"{label if i == 0 else '':<11} {s['name']} {s['dtype']} [{', '.join(map(str, s['shape']))}]")
+    parts = {k: v for k, v in report["parameters"].items() if k != "total"}
     click.echo(f"parameters  {report['parameters']['total']:,}")
-    for part, count in parameter_breakdown(cfg).items():
+    for part, count in parts.items():
         click.echo(f"  {part:<20} {count:>14,}")
-    click.echo(f"flops       {report['flops']['total']:,} per sequence of {n} tokens "
+    flops = {k: v for k, v in report["flops"].items() if k not in ("sequence_length", "total")}
+    click.echo(f"flops       {report['flops']['total']:,} per sequence of {report['flops']['sequence_length']} tokens "
                f"({', '.join(f'{k} {v:,}' for k, v in flops.items())})")
-    click.echo(f"parity      {format_report(runtime.parity)}")
-    reason = report["providers"]["cuda_unusable_reason"]
+    click.echo(f"parity      {format_report(report['parity'])}")
+    usable, reason = report["providers"]["usable"], report["providers"]["cuda_unusable_reason"]
     click.echo(f"providers   usable here: {', '.join(usable)}" + (f" (cuda: {reason})" if reason else ""))
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")
 
@@ -286,12 +252,12 @@ _OPTIMIZE_HELP = """Apply onnxruntime's graph optimizations once, offline, for t
 
 
 @click.command("optimize", help=_OPTIMIZE_HELP.format(**GATES["optimized"]))  # the gate read from its table
-@_model_argument
+@model_argument
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 @click.pass_context
 def optimize(ctx, model, output, force):
-    _quiet_onnxruntime(ctx)
+    quiet_onnxruntime(ctx)
     from ..runtime.optimize import optimize_offline
 
     check = optimize_offline(model, output, force=force)

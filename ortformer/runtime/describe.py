@@ -1,0 +1,50 @@
+"""What `ortformer info` reports about a model file, as a JSON-able dict (no torch)."""
+from __future__ import annotations
+
+import os
+
+import onnxruntime
+
+from .. import contract
+from ..checks import check_int
+from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
+from .providers import cuda_failure_reason
+from .session import Runtime
+
+DEFAULT_FLOPS_SEQUENCE = 128
+
+
+def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dict:
+    """Config, files, inputs/outputs, parameters, FLOPs at ``sequence_length`` tokens
+    (default min(128, max_positions)), the parity report and the providers usable here.
+
+    The model is opened with provider "auto" (every file check applies, and whether CUDA
+    really loads is seen, not guessed). Keys: path, files {path: bytes}, format, version,
+    source, config, inputs, outputs, parameters {total, per part}, flops {sequence_length,
+    total, per part}, parity, providers {available, usable, cuda_unusable_reason}.
+    """
+    runtime = Runtime(path, "auto")
+    cfg, file = runtime.config, runtime.model_file
+    n = min(DEFAULT_FLOPS_SEQUENCE, cfg.max_positions) if sequence_length is None else check_int("sequence_length", sequence_length)
+    flops = flops_per_sequence(cfg, n)
+    usable = ["cuda", "cpu"] if runtime.provider == "cuda" else ["cpu"]
+    return {
+        "path": str(runtime.path),
+        # every file the model consists of, as export counts them: weights side files and tokenizer
+        "files": {str(p): p.stat().st_size for p in (runtime.path.resolve(), *file.external_files,
+                                                      *filter(None, [runtime.tokenizer_path()]))},
+        "format": runtime.metadata[contract.META_FORMAT],
+        "version": file.version,
+        "source": runtime.source,
+        "config": cfg.to_dict(),
+        "inputs": [s.to_dict() for s in file.inputs],
+        "outputs": [s.to_dict() for s in file.outputs],
+        "parameters": {"total": parameter_count(cfg), **parameter_breakdown(cfg)},
+        "flops": {"sequence_length": n, "total": sum(flops.values()), **flops},
+        "parity": runtime.parity,
+        "providers": {
+            "available": onnxruntime.get_available_providers(),
+            "usable": usable,
+            "cuda_unusable_reason": None if "cuda" in usable else cuda_failure_reason(0),
+        },
+    }
