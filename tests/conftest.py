@@ -49,3 +49,32 @@ def clean_dirs(tmp_path, monkeypatch):
     monkeypatch.chdir(cwd)
     yield temp, cwd
     assert list(temp.iterdir()) == [] and list(cwd.iterdir()) == [], "a file was left behind"
+
+
+_TRACES: dict = {}  # (wrapper type, config, weights digest, opset, fused ops) -> traced ModelProto
+
+
+@pytest.fixture
+def cached_tracing(monkeypatch):
+    """torch.onnx.export once per (model, weights, opset, fused ops) for the whole session.
+
+    For tests of export plumbing (destinations, metadata, staging, progress, the CLI
+    around export), not of tracing: each export still writes, checks, gates and
+    commits its own file; only the trace, the same bytes every time, is reused."""
+    import importlib
+
+    import onnx
+
+    export_module = importlib.import_module("ortformer.exporter.export")  # the module, not the function
+
+    real = export_module._trace_to_onnx
+
+    def cached(model, opset, fused_ops=True):
+        key = (type(model).__name__, model.config.to_json(), export_module.weights_digest(model), opset, fused_ops)
+        if key not in _TRACES:
+            _TRACES[key] = real(model, opset, fused_ops)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(_TRACES[key])  # export edits the proto's metadata in place
+        return copy
+
+    monkeypatch.setattr(export_module, "_trace_to_onnx", cached)

@@ -10,6 +10,9 @@ from ortformer.cli import cli
 from ortformer.cli.export_cmd import COMMANDS
 from ortformer.runtime import Runtime
 
+# the CLI around export is under test here, not tracing: one trace per model per session
+pytestmark = pytest.mark.usefixtures("cached_tracing")
+
 
 def invoke(*args, ok=True):
     result = CliRunner().invoke(cli, [str(a) for a in args])

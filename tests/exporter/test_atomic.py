@@ -26,10 +26,9 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def old_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("atomic") / "m.onnx"
-    export(preset("tiny"), path, seed=0, parity=False)
-    return path.read_bytes()
+def old_model(tokens_model):
+    """The bytes of a complete tiny model (the session's: tiny, seed 0, parity off)."""
+    return tokens_model.read_bytes()
 
 
 @pytest.mark.parametrize("step, delay", [
@@ -69,6 +68,7 @@ def test_staging_happens_beside_the_destination_and_commit_replaces(tmp_path, ol
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
+@pytest.mark.usefixtures("cached_tracing")  # staging is under test, not tracing
 def test_external_data_pair_is_committed_data_first(tmp_path, monkeypatch, old_model):
     """Models past the inline limit go to a uniquely named side file; the old pair
     stays valid until the ONNX file is replaced, and its data file is removed after."""

@@ -81,6 +81,7 @@ def test_ort_matches_eager_on_fresh_shapes_independently(tmp_path):
         np.testing.assert_allclose(got[1], want["sentence_embedding"].numpy(), rtol=0, atol=1e-4)
 
 
+@pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session
 def test_perturbed_reference_fails_the_gate_and_leaves_no_file(tmp_path):
     cfg = preset("tiny")
     model = build_encoder(cfg, seed=0)
@@ -95,6 +96,7 @@ def test_perturbed_reference_fails_the_gate_and_leaves_no_file(tmp_path):
     assert "max_abs" in str(err.value)
 
 
+@pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session
 def test_failed_model_is_kept_only_under_keep_failed(tmp_path):
     cfg = preset("tiny")
     perturbed = build_encoder(cfg, seed=0)
@@ -107,6 +109,7 @@ def test_failed_model_is_kept_only_under_keep_failed(tmp_path):
     onnx.checker.check_model(str(kept))
 
 
+@pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session
 def test_existing_file_needs_force(tmp_path):
     path = tmp_path / "m.onnx"
     path.write_bytes(b"old model")
@@ -177,6 +180,7 @@ def test_quantize_needs_a_float32_export(tmp_path):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
 
 
+@pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session
 def test_fused_ops_are_contrib_kernels_and_can_be_turned_off(tmp_path):
     fused, plain = tmp_path / "fused.onnx", tmp_path / "plain.onnx"
     export(preset("tiny"), fused, parity=False)

@@ -52,9 +52,8 @@ def test_the_walk_detects_unfused_softmax_scores(tmp_path):
     assert any(s[-2:] == (N, N) for s in quadratic(intermediate_shapes(path)).values())
 
 
-def test_fused_softmax_keeps_scores_inside_the_kernel(tmp_path):
-    path = tmp_path / "m.onnx"
-    export(preset("tiny"), path, parity=False)
+def test_fused_softmax_keeps_scores_inside_the_kernel(tokens_model):
+    path = tokens_model  # the session's tiny model: exported with fused ops, as here
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert "MultiHeadAttention" in ops and "Softmax" not in ops
     assert quadratic(intermediate_shapes(path)) == {}
