@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, require_torch
+from ..fsutil import write_atomic
 
 require_torch("ortformer bench")
 
@@ -55,9 +56,7 @@ def run_bench(scenarios: list[str], out_dir: Path, threads: int | None = None, q
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def format_table(result: dict) -> str:

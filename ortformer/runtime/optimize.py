@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import onnxruntime as ort
 
 from .. import contract
 from ..errors import ModelFileError
+from ..fsutil import replace_synced, temp_beside
 from ..parity import compare, grid, make_inputs
 from .modelfile import ModelFile, read_model_file
 
@@ -42,11 +42,13 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     if source.external_files:
         raise ModelFileError(f"{path} keeps its weights in a side file; offline optimization handles inline models (< 2 GB)")
     out = Path(out)
+    if out.exists() and os.path.samefile(out, source.path):
+        raise ModelFileError(f"{out} is the model being optimized; write the optimized copy to another file")
     if out.exists() and not force:
         raise ModelFileError(f"{out} already exists; pass force=True (--force) to replace it")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp.onnx", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    if not out.absolute().parent.is_dir():
+        raise ModelFileError(f"cannot write {out}: folder {out.parent} does not exist; create it first")
+    tmp = temp_beside(out)
     try:
         options = ort.SessionOptions()
         # EXTENDED, not ALL: ALL adds layout changes tied to this machine's instruction set
@@ -62,7 +64,7 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
         check = _compare(source.path, tmp, source.config)
         if not check["passed"]:
             raise ModelFileError(f"the optimized graph differs from the original beyond the float32 gate: {check}")
-        os.replace(tmp, out)
+        replace_synced(tmp, out)  # synced, with the usual mode (umask)
     finally:
         tmp.unlink(missing_ok=True)
     return check
