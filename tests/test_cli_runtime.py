@@ -143,7 +143,7 @@ def test_infer_stdin_streams_without_torch(tokens_model, rt):
         (["--ids", "[[1, 2]]", "--mask", "[[1, 1, 1]]"], "--mask has shape (1, 3)"),
         (["--ids", "[[1, 2"], "--ids is not valid JSON"),
         (["--ids", "5"], "must be a JSON array"),
-        (["--ids", "[]"], "input_ids is empty"),
+        (["--ids", "[[]]"], "input_ids is empty"),  # [] alone is an empty batch (test_cli_inputs)
         (["--ids", "[[1, 2, 3], [4]]", "--format", "npy", "--tensor", "last_hidden_state"], "different lengths"),
     ],
 )

@@ -119,16 +119,16 @@ def written(path: Path, option: str) -> Iterator[Path]:
         raise CliError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
 
 
-# more threads than this per usable core only adds switching (10,000 threads hung a run)
-THREADS_PER_CORE = 4
-
-
 def thread_limit() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return THREADS_PER_CORE * cores
+    """Most --threads any verb takes: providers.THREADS_PER_CORE per usable core."""
+    from ..runtime.providers import THREADS_PER_CORE, usable_cores
+
+    return THREADS_PER_CORE * usable_cores()
 
 
 def threads_option(help_text: str):
-    """--threads, refused above THREADS_PER_CORE x the usable cores (a usage error)."""
+    """--threads, refused above thread_limit() as a usage error (10,000 threads hung a run)."""
+    from ..runtime.providers import THREADS_PER_CORE
+
     return click.option("--threads", type=click.IntRange(min=1, max=thread_limit()),
                         help=f"{help_text} At most {THREADS_PER_CORE} per usable core ({thread_limit()} here).")

@@ -28,9 +28,11 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
         raise ConfigError("give either --preset or --config, not both")
     if config_file:
         try:
-            text = Path(config_file).read_text()
+            text = Path(config_file).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not UTF-8 JSON: {exc}") from None
         cfg = EncoderConfig.from_json(text)
     else:
         cfg = preset(preset_name or DEFAULT_PRESET)

@@ -48,7 +48,10 @@ def _read_input(ids: str | None, input_file: str | None):
     if ids is not None and input_file is not None:
         raise click.UsageError("give either --ids or --input, not both")
     if ids is not None:
-        return _parse_json(ids, "--ids")
+        data = _parse_json(ids, "--ids")
+        if not isinstance(data, list):
+            raise CliError(f"--ids must be a JSON array of token ids or of sequences, got {type(data).__name__}")
+        return data
     if input_file is None:
         return None
     path = Path(input_file)
@@ -85,6 +88,8 @@ def _read_texts(texts: tuple[str, ...], text_file: str | None) -> list[str] | No
 
 def _as_batch(data, runtime: Runtime):
     """A single sequence (ids list, or (N, F) features) becomes a batch of one."""
+    if isinstance(data, list) and not data:  # [] is an empty batch, as a 0-row .npy and empty stdin
+        return []
     depth = 1 if runtime.config.takes_ids else 2
     given = data.ndim if isinstance(data, np.ndarray) else _list_depth(data)
     if given == 0:
@@ -116,7 +121,7 @@ def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int, max
     return np.concatenate(parts)
 
 
-def _write(result, fmt: str, out: Path | None) -> None:
+def _write(result, fmt: str, out: Path | None, width: int) -> None:
     if fmt == "json":
         text = json.dumps(_jsonable(result))
         if out:
@@ -125,6 +130,8 @@ def _write(result, fmt: str, out: Path | None) -> None:
         else:
             click.echo(text)
         return
+    if isinstance(result, list) and not result:  # no sequences: (0, 0, F) token states
+        result = np.empty((0, 0, width), np.float32)
     if isinstance(result, list):  # per-sequence arrays of different lengths
         if len({r.shape for r in result}) > 1:
             raise CliError("sequences have different lengths, so last_hidden_state is ragged: "
@@ -210,14 +217,14 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
             result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
-        _write(result, fmt, out)
+        _write(result, fmt, out, runtime.config.hidden_size)
         return
     if ids is not None or input_file is not None:
         batch = _as_batch(data, runtime)
         if mask is not None:
             mask = _parse_json(mask, "--mask")
             mask = [mask] if batch is not data else mask  # a single sequence's mask, wrapped alike
-        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out)
+        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, runtime.config.hidden_size)
         return
     if out is None:
         _stream(runtime, output, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from pathlib import Path
 
 import onnxruntime as ort
@@ -26,6 +27,16 @@ SHORT_NAMES = {CPU_EP: "cpu", CUDA_EP: "cuda"}
 _cuda_failed: set[int] = set()
 
 
+# more intra-op threads than this per usable core only adds switching (10,000 hung a run)
+THREADS_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def check_request(provider: str, device_id: int, threads: int | None) -> None:
     if provider not in PROVIDERS:
         raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
@@ -33,6 +44,9 @@ def check_request(provider: str, device_id: int, threads: int | None) -> None:
         raise ProviderError(f"device_id={device_id!r} must be a CUDA device index >= 0")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads={threads!r} must be a positive integer, or None for onnxruntime's default")
+    if threads is not None and threads > THREADS_PER_CORE * usable_cores():
+        raise InputError(f"threads={threads} is more than {THREADS_PER_CORE} per usable core "
+                         f"({THREADS_PER_CORE * usable_cores()} here); valid: 1..{THREADS_PER_CORE * usable_cores()}")
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:
