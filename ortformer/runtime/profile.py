@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .. import parity
+from .. import cost, parity
 from ..errors import InputError, OrtformerError
 from . import providers
 from .modelfile import read_model_file
@@ -108,6 +108,8 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = 
             if sequence is None:  # 128 tokens, or the model's longest when that is shorter
                 sequence = min(DEFAULT_SEQUENCE, runtime.config.max_positions)
             _positive("sequence", sequence, runtime.config.max_positions, why=" (the model's max_positions)")
+            cost.check_fits(cost.activation_bytes(runtime.config, batch, sequence),
+                            f"profiling at batch {batch} x sequence {sequence}", "choose a smaller --batch or --sequence")
             feeds = synthetic_feeds(runtime, batch, sequence)
             for _ in range(warmup):
                 runtime.run(**feeds)
