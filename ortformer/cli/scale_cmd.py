@@ -11,6 +11,7 @@ import warnings
 import click
 
 from ..scale.ray_batch import PROVIDERS
+from .common import check_output
 from ..scale.triton import DEVICES, MODEL_FILENAME, VERSION, write_triton_repo
 
 
@@ -35,11 +36,12 @@ def triton_repo_command(model, repo, name, max_batch_size, device, force):
       ortformer triton-repo tiny.onnx --repo models
       ortformer triton-repo m.onnx --repo models --name encoder --device gpu --max-batch-size 32 --force
     """
+    check_output(repo, force=force, option="--repo", folder=True)
     entry = write_triton_repo(model, repo, name=name, max_batch_size=max_batch_size, device=device, force=force)
     click.echo(f"wrote {entry}/config.pbtxt and {entry}/{VERSION}/{MODEL_FILENAME}")
-    extras = sorted(p.name for p in entry.iterdir() if p.is_file() and p.name != "config.pbtxt")
-    if extras:
-        click.echo(f"  beside it: {', '.join(extras)}")
+    extras = sorted(p.name for p in entry.iterdir() if p.is_file() and not p.is_symlink() and p.name != "config.pbtxt")
+    for extra in extras:  # the tokenizer, at the path clients load it from
+        click.echo(f"  tokenizer for clients: {entry / extra}")
     click.echo(f"  serve: tritonserver --model-repository={entry.parent.absolute()}")
 
 

@@ -18,14 +18,14 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath
 
 import onnx
 
 from .. import __version__, contract
 from ..config import EncoderConfig
 from ..fsutil import replace_synced, temp_beside
-from ..onnxfile import external_locations
+from ..onnxfile import external_locations, resolve_inside
 from ..errors import ConfigError, ExportError, ModelFileError
 
 PLATFORM = "onnxruntime_onnx"
@@ -103,6 +103,10 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     entry = repo / name
     if repo.exists() and not repo.is_dir():
         raise ExportError(f"repository {repo} exists and is not a folder; give a folder path")
+    for inside in (entry, entry / VERSION):  # a link would carry the writes out of the repository
+        if inside.is_symlink():
+            raise ExportError(f"{inside} is a symbolic link; the repository entry must be a real folder "
+                              "(remove the link)")
     if entry.exists() and not force:
         raise ExportError(f"{entry} already exists; pass force=True (--force) to replace it")
     if entry.exists() and not entry.is_dir():
@@ -127,10 +131,30 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
         # only ever delete inside the version folder
         if stale.resolve().is_relative_to(version_dir.resolve()) and stale.is_file():
             stale.unlink()
+    written = {version_dir / rel for rel in data_files} | {version_dir / MODEL_FILENAME, entry / "config.pbtxt"}
     if tokenizer is not None:
         _atomic_copy(tokenizer[1], entry / PurePosixPath(tokenizer[0]).name)
+        written |= {version_dir / tokenizer[0], entry / PurePosixPath(tokenizer[0]).name}
     _atomic_write(entry / "config.pbtxt", text)
+    _remove_all_but(entry, written)
     return entry
+
+
+def _remove_all_but(entry: Path, keep: set[Path]) -> None:
+    """Replace the entry whole: remove what an earlier model left (its tokenizer, other
+    version folders Triton would serve instead). Links are removed, never followed."""
+    keep_dirs = {p.parent for p in keep} | {parent for p in keep for parent in p.parents}
+    for root, dirs, files in os.walk(entry, topdown=False, followlinks=False):
+        folder = Path(root)
+        for name in files:
+            if folder / name not in keep:
+                (folder / name).unlink(missing_ok=True)
+        for name in dirs:
+            sub = folder / name
+            if sub.is_symlink():
+                sub.unlink()
+            elif sub not in keep_dirs:
+                shutil.rmtree(sub, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------- checks
@@ -247,28 +271,13 @@ def _render(path: Path, model: onnx.ModelProto, name: str, max_batch_size: int, 
 # ----------------------------------------------------------------------- side files
 
 
-def _inside(folder: Path, name: str, what: str) -> Path:
-    """The existing file ``folder/name``; refuses absolute paths, '..' and symlinks out."""
-    valid = "a relative path inside the model's folder"
-    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
-        raise ModelFileError(f"{what}: {name!r} is an absolute path; only {valid} is allowed")
-    if ".." in PureWindowsPath(name).parts:
-        raise ModelFileError(f"{what}: {name!r} contains '..'; only {valid} is allowed")
-    target = (folder / name).resolve()
-    if not target.is_relative_to(folder.resolve()):
-        raise ModelFileError(f"{what}: {name!r} resolves outside the model's folder {folder.resolve()}")
-    return target
-
-
 def _external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
     """{location as written in the model: source file} for every external-data file."""
     folder = path.absolute().parent
     files = {}
     for location in sorted(external_locations(model)):
-        source = _inside(folder, location, f"{path}: external data")
-        if not source.is_file():
-            raise ModelFileError(f"{path}: external data file {location!r} is missing from {folder}")
-        files[location] = source
+        # the Runtime's own check (links, NUL, '..', missing): a copy must not launder a file it refuses
+        files[location] = resolve_inside(folder, location, f"{path}: external data")
     return files
 
 
@@ -280,12 +289,12 @@ def _old_data_files(path: Path) -> set[str]:
 
 
 def _tokenizer(path: Path, model: onnx.ModelProto) -> tuple[str, Path] | None:
-    """(name as in the metadata, file) of the tokenizer, when it exists beside the model."""
+    """(name as in the metadata, file) of the tokenizer the metadata names; a named tokenizer
+    that is missing is an error (clients would get a model without its tokenizer)."""
     name = {p.key: p.value for p in model.metadata_props}.get(contract.META_TOKENIZER)
     if not name:
         return None
-    source = _inside(path.absolute().parent, name, f"{path}: {contract.META_TOKENIZER!r} metadata")
-    return (name, source) if source.is_file() else None
+    return name, resolve_inside(path.absolute().parent, name, f"{path}: '{contract.META_TOKENIZER}' metadata")
 
 
 # ----------------------------------------------------------------------- atomic writes
