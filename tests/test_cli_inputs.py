@@ -103,3 +103,20 @@ def test_empty_input_is_an_empty_result_everywhere(tokens_model, tmp_path):
     assert invoke("infer", tokens_model, input="").stdout == ""
     invoke("infer", tokens_model, "--ids", "[]", "--tensor", "last_hidden_state", "-o", tmp_path / "s.npy")
     assert np.load(tmp_path / "s.npy").shape[0] == 0
+
+
+@pytest.mark.parametrize("report", [
+    {"passed": True, "worst": {"sentence_embedding": {"max_abs": "NaN", "min_cosine": None}}, "cases": 3},
+    {"passed": "yes", "worst": ["x"], "cases": [1]},
+    {"passed": False, "worst": {"last_hidden_state": 5}},
+])
+def test_info_prints_a_malformed_parity_report_whole(tokens_model, tmp_path, report):
+    import onnx
+
+    model = onnx.load(str(tokens_model))
+    for prop in model.metadata_props:
+        if prop.key == contract.META_PARITY:
+            prop.value = json.dumps(report)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    out = invoke("info", tmp_path / "m.onnx").stdout
+    assert "parity" in out and "providers" in out

@@ -336,18 +336,29 @@ def optimize(ctx, model, output, force):
                f"against {model} over {check['cases']} cases")
 
 
+def _number(value, spec: str) -> str:
+    """A report's number formatted, or shown as found: the report is the file's, not ours."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, spec)
+    return repr(value)
+
+
 def parity_summary(report: dict) -> str:
-    """One line from the exporter's parity report (keys per ortformer.exporter.parity)."""
+    """One line from the exporter's parity report (keys per ortformer.exporter.parity);
+    a malformed report (a model file from elsewhere) prints what it holds, never raises."""
     if report.get("skipped"):
         return f"skipped ({report.get('reason', 'no reason given')})"
     if "passed" not in report:
         return "no parity report in this file"
-    verdict = "PASS" if report["passed"] else "FAIL"
+    verdict = "PASS" if report["passed"] is True else "FAIL"
+    worst = report.get("worst")
     worst = "; ".join(
-        f"{name} max_abs={m.get('max_abs', float('nan')):.2e} min_cos={m.get('min_cosine', float('nan')):.6f}"
-        for name, m in report.get("worst", {}).items()
+        f"{name} max_abs={_number(m.get('max_abs'), '.2e')} min_cos={_number(m.get('min_cosine'), '.6f')}"
+        if isinstance(m, dict) else f"{name} {m!r}"
+        for name, m in (worst.items() if isinstance(worst, dict) else [])
     )
-    return (f"{verdict} over {len(report.get('cases', []))} cases ({report.get('dtype', '?')} gate on "
+    cases = report.get("cases")
+    return (f"{verdict} over {len(cases) if isinstance(cases, list) else '?'} cases ({report.get('dtype', '?')} gate on "
             f"{report.get('provider', '?')}): {worst}{text_summary(report)}")
 
 
