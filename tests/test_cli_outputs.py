@@ -114,3 +114,11 @@ def test_triton_and_shards_write_with_the_usual_mode(tokens_model, tmp_path, uma
     assert mode(tmp_path / "plan.json") == umask_027
     fsutil.write_atomic(tmp_path / "x.bin", b"x")
     assert mode(tmp_path / "x.bin") == umask_027
+
+
+def test_errors_name_cli_flags_not_python_parameters(tokens_model, tmp_path):
+    invoke("triton-repo", tokens_model, "--repo", tmp_path / "repo", "--name", "m")
+    message = fail("triton-repo", tokens_model, "--repo", tmp_path / "repo", "--name", "m")
+    assert "--force" in message and "force=True" not in message
+    message = fail("infer", tokens_model, "--ids", "[1]", "--provider", "cuda")
+    assert "--allow-fallback" in message and "allow_fallback=True" not in message and "provider='cpu'" not in message

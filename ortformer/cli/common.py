@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -21,6 +22,21 @@ class CliError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True, file=file)
 
 
+# library messages name Python parameters ("pass force=True (--force)"); a CLI user reads flags
+_CLI_SPELLING = [
+    (re.compile(r"\b\w+=True \((--[\w-]+)\)"), r"\1"),        # force=True (--force) -> --force
+    (re.compile(r"\b[a-z_]+ \((--[a-z-]+)\)"), r"\1"),           # text_field (--text-field) -> --text-field
+    (re.compile(r"provider='cpu' or 'auto', or allow_fallback=True"), "--provider cpu or auto, or --allow-fallback"),
+    (re.compile(r"\ballow_fallback=True\b"), "--allow-fallback"),
+]
+
+
+def cli_spelling(message: str) -> str:
+    for pattern, replacement in _CLI_SPELLING:
+        message = pattern.sub(replacement, message)
+    return message
+
+
 class GuardedGroup(click.Group):
     """Turns every OrtformerError into a one-line CliError unless --debug was given."""
 
@@ -30,7 +46,7 @@ class GuardedGroup(click.Group):
         except OrtformerError as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
-            raise CliError(str(exc)) from exc
+            raise CliError(cli_spelling(str(exc))) from exc
         except OSError as exc:  # a file the checks could not foresee (a disk filling up, a race)
             if (ctx.obj or {}).get("debug"):
                 raise
