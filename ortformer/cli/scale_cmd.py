@@ -72,7 +72,7 @@ class _ProgressLine:
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Texts: .jsonl (one object per line) or .parquet.")
-@click.option("--output", "output_path", required=True, type=click.Path(),
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(),
               help="Output folder of parquet shards (id, embedding), e.g. embeddings.parquet.")
 @click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray instance).")
 @click.option("--num-actors", type=click.IntRange(min=1), default=1, show_default=True,
@@ -102,17 +102,17 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
     from ..scale.ray_batch import DuplicateIdWarning, embed_corpus
     from ..text import TruncationWarning
 
+    check_output(output_path, force=True, option="-o/--output", folder=True, inputs=[model, input_path])
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DuplicateIdWarning)
         warnings.simplefilter("always", TruncationWarning)
         stats = embed_corpus(model, input_path, output_path, ray_address=ray_address, num_actors=num_actors,
                              batch_size=batch_size, provider=provider, resume=resume, text_field=text_field,
                              id_field=id_field, progress=_ProgressLine(), shard_rows=shard_rows)
-    for warning in caught:
+    for warning in caught:  # Ray's own (deprecations, resource notes) are not the user's concern
         if issubclass(warning.category, (DuplicateIdWarning, TruncationWarning)):
             click.echo(f"warning: {warning.message}", err=True)
-        else:  # not ours to reword: show as Python would have
-            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     resumed = f", {stats['rows'] - stats['rows_embedded']:,} already done" if stats["shards_skipped"] else ""
     click.echo(f"embedded {stats['rows_embedded']:,} rows{resumed} in {stats['seconds']:.1f} s "
                f"({stats['rows_per_s']:,.1f} rows/s over {stats['num_actors']} actor(s)) -> {stats['output']} "

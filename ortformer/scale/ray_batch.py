@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -85,7 +86,20 @@ def embed_corpus(model_path, input_path, output_path, *, ray_address: str | None
     ray = _require_ray()
     model_path, input_path, out = Path(model_path), Path(input_path), Path(output_path)
     plan = plan_corpus(input_path, _model_stamp(model_path), text_field, id_field, shard_rows)
+    for shard in plan.shards:  # every row checked here, in seconds, not by an actor after Ray started
+        read_shard(plan, shard)
+    fresh = not out.exists()
     _prepare_output(out, plan, resume)
+    try:
+        return _embed(ray, plan, out, model_path, ray_address, num_actors, batch_size, provider, progress, started)
+    except BaseException:
+        if fresh and not finished(out, plan):  # nothing done: leave nothing that blocks the rerun
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _embed(ray, plan: Plan, out: Path, model_path: Path, ray_address, num_actors: int, batch_size: int,
+           provider: str, progress, started: float) -> dict[str, Any]:
     done = finished(out, plan)
     pending = [s for s in plan.shards if s.index not in done]
     report = progress or (lambda done_rows, total, rate: None)
