@@ -11,7 +11,7 @@ import warnings
 import click
 
 from ..scale.ray_batch import PROVIDERS
-from .common import check_output
+from .common import CliError, check_output
 from ..scale.triton import DEVICES, MODEL_FILENAME, VERSION, write_triton_repo
 
 
@@ -102,7 +102,9 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
     from ..scale.ray_batch import DuplicateIdWarning, embed_corpus
     from ..text import TruncationWarning
 
-    check_output(output_path, force=True, option="-o/--output", folder=True, inputs=[model, input_path])
+    out = check_output(output_path, force=True, option="-o/--output", folder=True, inputs=[model, input_path])
+    if not resume and out.is_dir() and any(out.iterdir()):  # before the model and input are read
+        raise CliError(f"output {out} already exists; pass --resume to continue it, or remove it to start over")
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DuplicateIdWarning)
