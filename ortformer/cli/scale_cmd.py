@@ -49,8 +49,9 @@ class _ProgressLine:
     """Rows done and rows/s on stderr: rewritten in place on a terminal, else at most one
     line every few seconds (logs stay short)."""
 
-    def __init__(self, every_s: float = 5.0):
-        self.tty = sys.stderr.isatty()
+    def __init__(self, stream=None, every_s: float = 5.0):
+        self.stream = stream  # None: sys.stderr
+        self.tty = (stream or sys.stderr).isatty()
         self.every_s = every_s
         self.last = 0.0
 
@@ -63,9 +64,9 @@ class _ProgressLine:
         percent = 100.0 * done / total if total else 100.0
         text = f"{done:,}/{total:,} rows ({percent:.0f}%), {rate:,.1f} rows/s"
         if self.tty:
-            click.echo(f"\r{text}", err=True, nl=final)
+            click.echo(f"\r{text}", err=self.stream is None, file=self.stream, nl=final)
         else:
-            click.echo(text, err=True)
+            click.echo(text, err=self.stream is None, file=self.stream)
 
 
 @click.command("batch")
@@ -106,12 +107,16 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
     if not resume and out.is_dir() and any(out.iterdir()):  # before the model and input are read
         raise CliError(f"output {out} already exists; pass --resume to continue it, or remove it to start over")
 
-    with warnings.catch_warnings(record=True) as caught:
+    from ..scale.ray_guard import held_stderr
+
+    debug = (click.get_current_context().find_root().obj or {}).get("debug", False)
+    # Ray's processes write to descriptor 2 directly; our own lines go to the real stderr
+    with warnings.catch_warnings(record=True) as caught, held_stderr(replay_on_error=debug) as stderr:
         warnings.simplefilter("always", DuplicateIdWarning)
         warnings.simplefilter("always", TruncationWarning)
         stats = embed_corpus(model, input_path, output_path, ray_address=ray_address, num_actors=num_actors,
                              batch_size=batch_size, provider=provider, resume=resume, text_field=text_field,
-                             id_field=id_field, progress=_ProgressLine(), shard_rows=shard_rows)
+                             id_field=id_field, progress=_ProgressLine(stderr), shard_rows=shard_rows)
     for warning in caught:  # Ray's own (deprecations, resource notes) are not the user's concern
         if issubclass(warning.category, (DuplicateIdWarning, TruncationWarning)):
             click.echo(f"warning: {warning.message}", err=True)

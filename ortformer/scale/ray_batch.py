@@ -213,6 +213,9 @@ def _connect(ray, address: str | None) -> bool:
         else:
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+            from .ray_guard import guard
+
+            guard()  # Ray's agents outlive a driver killed with SIGKILL; the watchdog ends them
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError: all mean "no cluster"
         where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
         raise OrtformerError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from None

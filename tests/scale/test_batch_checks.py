@@ -61,3 +61,57 @@ def test_ray_warnings_stay_out_of_a_successful_run(text_model, tmp_path, monkeyp
                                             "--output", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert "deprecated" not in result.output and result.output.startswith("embedded 1 rows")
+
+
+DRIVER = r'''
+import subprocess, sys, time
+agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "ray::FakeAgent"])
+from ortformer.scale.ray_guard import guard
+guard()
+print(agent.pid, flush=True)
+time.sleep(120)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the watchdog reads /proc")
+def test_ray_processes_do_not_outlive_a_killed_driver():
+    import os
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(repo)})
+    agent = int(driver.stdout.readline())
+    time.sleep(1.5)  # the watchdog has seen the agent
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    deadline = time.monotonic() + 15
+    while _alive(agent) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = _alive(agent)
+    if alive:
+        os.kill(agent, signal.SIGKILL)
+    assert not alive, "a Ray process outlived its driver"
+
+
+def test_held_stderr_keeps_descriptor_2_out_and_our_lines_in(capfd):
+    import os
+
+    from ortformer.scale.ray_guard import held_stderr
+
+    with held_stderr() as stream:
+        os.write(2, b"ray: a warning written by C++\n")
+        stream.write("ours\n")
+    err = capfd.readouterr().err
+    assert "ours" in err and "C++" not in err
