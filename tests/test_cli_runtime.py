@@ -225,6 +225,6 @@ def test_info_counts_the_tokenizer_file_as_export_does(tmp_path):
     from ortformer.config import preset
     from ortformer.exporter import export
 
-    result = export(preset("tiny"), tmp_path / "m.onnx", parity=False, tokenizer=minilm.get_model_path() / "tokenizer.json")
+    result = export(preset("tiny", vocab_size=30522), tmp_path / "m.onnx", parity=False, tokenizer=minilm.get_model_path() / "tokenizer.json")
     report = json.loads(invoke("info", result.path, "--json").stdout)
     assert len(report["files"]) == 2 and sum(report["files"].values()) == result.size_bytes
