@@ -2,11 +2,11 @@
 
 The model entry is the one `ortformer triton-repo` writes:
 
-    ortformer triton-repo model.onnx --repo models --name encoder
+    ortformer triton-repo model.onnx --repo models --name encoder   # prints the tokenizer's path
     docker run --rm -p 8000:8000 -v $PWD/models:/models \\
         nvcr.io/nvidia/tritonserver:<yy.mm>-py3 tritonserver --model-repository=/models
     pip install 'tritonclient[http]' tokenizers
-    python examples/triton_client.py --model encoder --tokenizer models/encoder/tokenizer.json \\
+    python examples/triton_client.py --model encoder --tokenizer models/encoder/model.tokenizer.json \\
         "a first text" "a second, longer text"
 
 The inputs follow config.pbtxt: input_ids, attention_mask (and token_type_ids when

@@ -12,8 +12,8 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Iterator
 
 
 def temp_beside(dest: Path, suffix: str = ".tmp") -> Path:
@@ -44,17 +44,39 @@ def fsync_dir(folder: Path) -> None:
 
 
 def replace_synced(tmp: Path, dest: Path) -> None:
-    """fsync ``tmp``, rename it over ``dest``, fsync the folder."""
+    """fsync ``tmp``, give it the usual mode (umask), rename it over ``dest``, fsync the folder."""
+    usual_mode(tmp)
     fsync_file(tmp)
     os.replace(tmp, dest)
     fsync_dir(dest.parent)
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic swap (not thread-safe, but brief)
+    os.umask(mask)
+    return mask
+
+
+def usual_mode(path: Path) -> None:
+    """Give ``path`` the mode a plain ``open(..., "w")`` would: 0666 & ~umask.
+
+    mkstemp creates files 0600, which would make every atomically written file private."""
+    os.chmod(path, 0o666 & ~current_umask())
+
+
 @contextlib.contextmanager
 def staged(dest: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temporary path beside ``dest`` to write; when the block ends without an
-    exception, it replaces ``dest`` durably (replace_synced). The temporary file is
-    removed on every path out."""
+    exception, it replaces ``dest`` durably (replace_synced, mode per umask). The temporary
+    file is removed on every path out, so ``dest`` stays as it was after an exception."""
     dest = Path(dest)
     tmp = temp_beside(dest, suffix)
     try:

@@ -26,11 +26,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import contract
-from .onnxfile import all_tensors
+from .onnxfile import all_tensors, resolve_inside  # noqa: F401  (resolve_inside: part of this module's API)
 from .config import EncoderConfig
 from .errors import ConfigError, ModelFileError
 
@@ -157,7 +157,19 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata is not valid JSON: {exc}") from None
     if not isinstance(parity, dict):
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
+    _check_text_max_length(path, metadata.get(contract.META_TEXT_MAX_LENGTH), config)
     return config, parity
+
+
+def _check_text_max_length(path: Path, value: str | None, config: EncoderConfig) -> None:
+    """Optional; when present, ASCII digits for an int in [1, max_positions]. str.isdigit
+    also takes '²' and other scripts' digits, and a bad value must not fall back silently:
+    texts would then be cut at another length than at export."""
+    if value is None:
+        return
+    if not re.fullmatch(r"[0-9]{1,20}", value) or not 1 <= int(value) <= config.max_positions:
+        raise ModelFileError(f"{path}: '{contract.META_TEXT_MAX_LENGTH}' metadata is {value!r}; valid: "
+                             f"an integer in [1, {config.max_positions}] (the model's max_positions)")
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
@@ -320,41 +332,6 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
             )
         files[info["location"]] = target
     return files
-
-
-def resolve_inside(folder: Path, name: str, what: str) -> Path:
-    """The existing file `name` relative to `folder`, refusing anything that leaves it.
-
-    Refused: absolute paths (POSIX or Windows spelling), any `..` component, names
-    whose resolved path (symlinks followed) is outside the resolved folder, and files
-    with more than one hard link. A hard link is a second name for a file that may live
-    anywhere on the same filesystem (a tar member, `cp -al`, a cache that links): no
-    path check can see where its other names are, and a hostile graph can route weight
-    bytes to its outputs. Such a file is refused; copying it gives it a single link.
-    """
-    valid = "a plain file name or relative path inside the model's folder"
-    if "\0" in name:
-        raise ModelFileError(f"{what}: location {name!r} contains a NUL byte; only {valid} is allowed")
-    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
-        raise ModelFileError(f"{what}: location {name!r} is an absolute path; only {valid} is allowed")
-    if ".." in PureWindowsPath(name).parts:  # Windows parsing splits on both / and \
-        raise ModelFileError(f"{what}: location {name!r} contains '..'; only {valid} is allowed")
-    try:
-        root = folder.resolve()
-        target = (folder / name).resolve()
-        if not target.is_relative_to(root):
-            raise ModelFileError(f"{what}: location {name!r} resolves to {target}, outside the model's folder {root} (symlink?)")
-        if not target.is_file():
-            raise ModelFileError(f"{what}: file {name!r} is missing from the model's folder {root}")
-        links = target.stat().st_nlink
-    except OSError as exc:  # a name too long, a permission denied on the way
-        raise ModelFileError(f"{what}: cannot check location {name!r}: {exc.strerror or exc}") from None
-    if links > 1:
-        raise ModelFileError(
-            f"{what}: file {name!r} has {links} hard links; a hard link may be a second name for a file outside "
-            "the model's folder, so only files with a single link are read (copy it: cp FILE FILE.tmp && mv FILE.tmp FILE)"
-        )
-    return target
 
 
 def tokenizer_path(model: ModelFile) -> Path | None:

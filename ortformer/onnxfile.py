@@ -1,7 +1,10 @@
-"""Walking an ONNX model's tensors (onnx only: no onnxruntime, no torch)."""
+"""Walking an ONNX model's tensors, and finding its side files (onnx only: no onnxruntime, no torch)."""
 from __future__ import annotations
 
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Iterator
+
+from .errors import ModelFileError
 
 if TYPE_CHECKING:  # imported where used: the runtime imports this module before it needs onnx
     import onnx
@@ -39,3 +42,38 @@ def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     yield from graph_tensors(model.graph)
     for function in model.functions:
         yield from node_tensors(function.node)
+
+
+def resolve_inside(folder: Path, name: str, what: str) -> Path:
+    """The existing file `name` relative to `folder`, refusing anything that leaves it.
+
+    Refused: absolute paths (POSIX or Windows spelling), any `..` component, names
+    whose resolved path (symlinks followed) is outside the resolved folder, and files
+    with more than one hard link. A hard link is a second name for a file that may live
+    anywhere on the same filesystem (a tar member, `cp -al`, a cache that links): no
+    path check can see where its other names are, and a hostile graph can route weight
+    bytes to its outputs. Such a file is refused; copying it gives it a single link.
+    """
+    valid = "a plain file name or relative path inside the model's folder"
+    if "\0" in name:
+        raise ModelFileError(f"{what}: location {name!r} contains a NUL byte; only {valid} is allowed")
+    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
+        raise ModelFileError(f"{what}: location {name!r} is an absolute path; only {valid} is allowed")
+    if ".." in PureWindowsPath(name).parts:  # Windows parsing splits on both / and \
+        raise ModelFileError(f"{what}: location {name!r} contains '..'; only {valid} is allowed")
+    try:
+        root = folder.resolve()
+        target = (folder / name).resolve()
+        if not target.is_relative_to(root):
+            raise ModelFileError(f"{what}: location {name!r} resolves to {target}, outside the model's folder {root} (symlink?)")
+        if not target.is_file():
+            raise ModelFileError(f"{what}: file {name!r} is missing from the model's folder {root}")
+        links = target.stat().st_nlink
+    except OSError as exc:  # a name too long, a permission denied on the way
+        raise ModelFileError(f"{what}: cannot check location {name!r}: {exc.strerror or exc}") from None
+    if links > 1:
+        raise ModelFileError(
+            f"{what}: file {name!r} has {links} hard links; a hard link may be a second name for a file outside "
+            "the model's folder, so only files with a single link are read (copy it: cp FILE FILE.tmp && mv FILE.tmp FILE)"
+        )
+    return target

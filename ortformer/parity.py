@@ -187,13 +187,15 @@ def format_report(report: dict) -> str:
         return f"skipped ({report.get('reason', 'no reason given')})"
     if "passed" not in report:
         return "no parity report in this file"
+    worst = report.get("worst")
     worst = "; ".join(
         f"{name} max_abs={_number(m, 'max_abs'):.2e} max_rel={_number(m, 'max_rel'):.2e} "
         f"min_cos={_number(m, 'min_cosine'):.6f}"
-        for name, m in report.get("worst", {}).items() if isinstance(m, dict)
+        for name, m in (worst.items() if isinstance(worst, dict) else []) if isinstance(m, dict)
     )
-    verdict = "PASS" if report["passed"] else "FAIL"
-    return (f"{verdict} over {len(report.get('cases', []))} cases ({report.get('dtype', '?')} gate on "
+    verdict = "PASS" if report["passed"] is True else "FAIL"
+    cases = report.get("cases")
+    return (f"{verdict} over {len(cases) if isinstance(cases, list) else '?'} cases ({report.get('dtype', '?')} gate on "
             f"{report.get('provider', '?')}): {worst}{text_summary(report)}")
 
 

@@ -88,3 +88,19 @@ class TextEncoder:
                 "and were truncated", TruncationWarning, stacklevel=2,
             )
         return [e.ids for e in encodings], [e.type_ids for e in encodings], n_truncated
+
+
+def check_tokenizer(path, vocab_size: int) -> TextEncoder:
+    """``path`` loaded as a tokenizer.json whose ids all fit a model of ``vocab_size`` tokens.
+
+    Raises ModelFileError when the file is not a tokenizer, when the model takes float
+    features (vocab_size 0), or when the tokenizer can emit ids >= vocab_size: such a
+    pair would fail at every text input, long after export."""
+    encoder = TextEncoder(path)
+    if vocab_size < 1:
+        raise ModelFileError(f"tokenizer {path}: the model takes float features (vocab_size=0), not token ids")
+    if encoder.vocab_size > vocab_size:
+        raise ModelFileError(f"tokenizer {path} has {encoder.vocab_size} tokens, more than the model's "
+                             f"vocab_size={vocab_size}: its ids would index past the embedding table; "
+                             "use the model's own tokenizer")
+    return encoder

@@ -66,3 +66,11 @@ def test_long_points_run_torch_free_with_a_plot(quick):
 def test_unknown_scenario_is_refused():
     result = CliRunner().invoke(cli, ["bench", "--scenario", "warp"])
     assert result.exit_code == 2 and "Invalid value for '--scenario'" in result.stderr
+
+
+def test_quick_labels_what_it_measured(quick):
+    _, stdout, data = quick
+    names = [t["name"] for s in data["scenarios"].values() for t in s.get("targets", [])]
+    assert names and all("seq 128" not in n and "tiny" in n for n in names if "onnxruntime" in n)
+    target_lines = [line for line in stdout.splitlines() if any(line.startswith(n[:40]) for n in names)]
+    assert target_lines and all(line.rstrip().endswith("n/a (quick)") for line in target_lines)

@@ -56,7 +56,8 @@ def test_export_json_report(tmp_path):
                                   "ffn_size": 16, "max_positions": 16, "attention": "cosine"}))
     data = json.loads(invoke("export", "--config", config, "--norm", "rmsnorm", "-o", tmp_path / "m.onnx", "--json").stdout)
     assert data["config"]["norm"] == "rmsnorm" and data["config"]["attention"] == "cosine"
-    assert data["inputs"] == {"inputs_embeds": ["batch", "sequence", 8], "attention_mask": ["batch", "sequence"]}
+    assert {i["name"]: i["shape"] for i in data["inputs"]} == {"inputs_embeds": ["batch", "sequence", 8],
+                                                             "attention_mask": ["batch", "sequence"]}
     assert data["parity"]["passed"] is True and data["size_bytes"] == os.path.getsize(tmp_path / "m.onnx")
 
 
@@ -74,12 +75,12 @@ def test_existing_file_needs_force(tmp_path):
     (["--heads", "5"], "hidden_size=32 is not divisible by num_heads=5"),
     (["--attention", "flash"], "Invalid value for '--attention'"),
     (["--layers", "0"], "Invalid value for '--layers'"),
-    (["--preset", "tiny", "--config", "x.json"], "either --preset or --config"),
+    (["--preset", "tiny", "--config", "x.json"], "duplicate key(s) ['num_layers']"),
     (["--opset", "11"], "opset 11 is not supported"),
 ])
 def test_bad_flags_fail_with_one_line(args, message, tmp_path):
     if "x.json" in args:
-        (tmp_path / "x.json").write_text("{}")
+        (tmp_path / "x.json").write_text('{"num_layers": 1, "num_layers": 2}')
         args = [str(tmp_path / "x.json") if a == "x.json" else a for a in args]
     stderr = fail("export", *(["--preset", "tiny"] if "--preset" not in args and "--config" not in args else []),
                   *args, "-o", tmp_path / "m.onnx", code=2 if "Invalid value" in message else 1)
@@ -130,7 +131,7 @@ def test_check_against_a_config_of_another_model(linear_model, tmp_path):
 def test_check_refuses_a_foreign_file(tmp_path):
     path = tmp_path / "x.onnx"
     path.write_bytes(b"\x00not onnx")
-    assert fail("check", path).startswith("error: ")
+    assert fail("check", path).splitlines()[-1].startswith("error: ")  # after the progress lines
 
 
 def test_export_writes_a_triton_repository_entry(tmp_path):

@@ -78,7 +78,7 @@ def test_infer_max_tokens_reaches_embed(tokens_model, rt, monkeypatch):
 
 
 def test_infer_token_states_are_per_sequence(tokens_model, nopool_model, rt):
-    out = json.loads(invoke("infer", tokens_model, "--ids", "[[1, 2, 3], [4]]", "--output", "last_hidden_state").stdout)
+    out = json.loads(invoke("infer", tokens_model, "--ids", "[[1, 2, 3], [4]]", "--tensor", "last_hidden_state").stdout)
     assert [np.shape(o) for o in out] == [(3, 32), (1, 32)]
     np.testing.assert_allclose(out[1], rt.run(input_ids=[[4]])["last_hidden_state"][0], atol=1e-6, rtol=0)
     default = json.loads(invoke("infer", nopool_model, "--ids", "[[1, 2]]").stdout)  # no pooling: token states
@@ -102,7 +102,7 @@ def test_infer_files_and_npy(tokens_model, rt, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=1e-6, rtol=0)
     stdout = invoke("infer", tokens_model, "--input", tmp_path / "ids.json", "--format", "npy").stdout_bytes
     np.testing.assert_allclose(np.load(io.BytesIO(stdout)), want, atol=1e-6, rtol=0)
-    states = invoke("infer", tokens_model, "--input", tmp_path / "ids.npy", "--format", "npy", "--output", "last_hidden_state").stdout_bytes
+    states = invoke("infer", tokens_model, "--input", tmp_path / "ids.npy", "--format", "npy", "--tensor", "last_hidden_state").stdout_bytes
     assert np.load(io.BytesIO(states)).shape == (3, 4, 32)
 
 
@@ -143,8 +143,8 @@ def test_infer_stdin_streams_without_torch(tokens_model, rt):
         (["--ids", "[[1, 2]]", "--mask", "[[1, 1, 1]]"], "--mask has shape (1, 3)"),
         (["--ids", "[[1, 2"], "--ids is not valid JSON"),
         (["--ids", "5"], "must be a JSON array"),
-        (["--ids", "[]"], "input_ids is empty"),
-        (["--ids", "[[1, 2, 3], [4]]", "--format", "npy", "--output", "last_hidden_state"], "different lengths"),
+        (["--ids", "[[]]"], "input_ids is empty"),  # [] alone is an empty batch (test_cli_inputs)
+        (["--ids", "[[1, 2, 3], [4]]", "--format", "npy", "--tensor", "last_hidden_state"], "different lengths"),
     ],
 )
 def test_infer_bad_input_is_one_error_line(tokens_model, args, fragment):
@@ -227,6 +227,6 @@ def test_info_counts_the_tokenizer_file_as_export_does(tmp_path):
     from ortformer.config import preset
     from ortformer.exporter import export
 
-    result = export(preset("tiny"), tmp_path / "m.onnx", parity=False, tokenizer=minilm.get_model_path() / "tokenizer.json")
+    result = export(preset("tiny", vocab_size=30522), tmp_path / "m.onnx", parity=False, tokenizer=minilm.get_model_path() / "tokenizer.json")
     report = json.loads(invoke("info", result.path, "--json").stdout)
     assert len(report["files"]) == 2 and sum(report["files"].values()) == result.size_bytes

@@ -1,7 +1,11 @@
 """`ortformer bench`: thin wrapper over ortformer.bench (imports torch inside the command)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from .common import CliError, check_output, threads_option
 
 SCENARIO_NAMES = ("latency", "throughput", "long", "real")
 
@@ -10,11 +14,12 @@ SCENARIO_NAMES = ("latency", "throughput", "long", "real")
 @click.option("--scenario", "scenarios", multiple=True, type=click.Choice(SCENARIO_NAMES),
               help="Scenario to run (repeatable; default all).")
 @click.option("--quick", is_flag=True, help="Tiny models and few iterations: checks the pipeline in under a minute.")
-@click.option("--threads", type=click.IntRange(min=1), help="Threads for both torch and onnxruntime (default: all cores).")
+@threads_option("Threads for both torch and onnxruntime (default: all cores).")
 @click.option("--iterations", type=click.IntRange(min=1), help="Timed runs per contender (default 20, quick 3).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
               help="Folder for bench.json and bench_long.png.")
-def bench(scenarios, quick, threads, iterations, out_dir):
+@click.option("--force", is_flag=True, help="Replace bench.json and bench_long.png from an earlier run.")
+def bench(scenarios, quick, threads, iterations, out_dir, force):
     """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
 
     \b
@@ -24,6 +29,11 @@ def bench(scenarios, quick, threads, iterations, out_dir):
     """
     from ..errors import require_torch
 
+    # refused before minutes of measuring, not after
+    out = check_output(out_dir, force=force, option="--out", folder=True)
+    for name in ("bench.json", "bench_long.png"):
+        if (out / name).exists() and not force:
+            raise CliError(f"{out / name} already exists; pass --force to replace it")
     require_torch("ortformer bench")
     from ..bench.run import format_table, run_bench
 

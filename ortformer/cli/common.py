@@ -2,11 +2,18 @@
 argument and a quiet onnxruntime logger."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Iterator
 
 import click
 
 from ..errors import OrtformerError
+from ..fsutil import staged
 
 
 class CliError(click.ClickException):
@@ -14,6 +21,21 @@ class CliError(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+# library messages name Python parameters ("pass force=True (--force)"); a CLI user reads flags
+_CLI_SPELLING = [
+    (re.compile(r"\b\w+=True \((--[\w-]+)\)"), r"\1"),        # force=True (--force) -> --force
+    (re.compile(r"\b[a-z_]+ \((--[a-z-]+)\)"), r"\1"),           # text_field (--text-field) -> --text-field
+    (re.compile(r"provider='cpu' or 'auto', or allow_fallback=True"), "--provider cpu or auto, or --allow-fallback"),
+    (re.compile(r"\ballow_fallback=True\b"), "--allow-fallback"),
+]
+
+
+def cli_spelling(message: str) -> str:
+    for pattern, replacement in _CLI_SPELLING:
+        message = pattern.sub(replacement, message)
+    return message
 
 
 class GuardedGroup(click.Group):
@@ -25,7 +47,16 @@ class GuardedGroup(click.Group):
         except OrtformerError as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
-            raise CliError(str(exc)) from exc
+            raise CliError(cli_spelling(str(exc))) from exc
+        except OSError as exc:  # a file the checks could not foresee (a disk filling up, a race)
+            if (ctx.obj or {}).get("debug"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise CliError(f"{where}{exc.strerror or exc}") from exc
+        except MemoryError:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            raise CliError("out of memory; try a smaller input, batch or model") from None
 
 
 def human_size(n: int) -> str:
@@ -53,3 +84,82 @@ def quiet_onnxruntime(ctx: click.Context) -> None:
 def model_argument(func):
     """The MODEL argument of the verbs that read a model file."""
     return click.argument("model", type=click.Path(exists=True, dir_okay=False))(func)
+
+
+def same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(path, *, force: bool, option: str, inputs=(), folder: bool = False) -> Path:
+    """Refuse an output path before any work is done; return it as a Path.
+
+    Refused, each as one `error:` line: a path that is a symbolic link or sits in a folder
+    named through one (the write would land outside the folder the user named); an input
+    of the command (even with --force); an existing output file without --force; a folder
+    that does not exist (for a file) or cannot be written.
+    """
+    path = Path(path)
+    what = "folder" if folder else "file"
+    for given in inputs:
+        if given is not None and (same_file(path, given) or path.absolute() == Path(given).absolute()):
+            raise CliError(f"{option} {path} is an input of this command; choose another {what}")
+    if path.is_symlink():
+        raise CliError(f"{option} {path} is a symbolic link; give the real path")
+    if path.parent.is_symlink():
+        raise CliError(f"{option} {path}: folder {path.parent} is a symbolic link; give the real path")
+    if path.exists():
+        if folder and not path.is_dir():
+            raise CliError(f"{option} {path} exists and is not a folder")
+        if not folder and not path.is_file():
+            raise CliError(f"{option} {path} exists and is not a file")
+        if not force and not folder:
+            raise CliError(f"{path} already exists; pass --force to replace it")
+    parent = path.absolute().parent
+    if not folder and not parent.is_dir():
+        raise CliError(f"{option} {path}: folder {path.parent} does not exist; create it first")
+    existing = path.absolute() if folder else parent
+    while not existing.exists():  # a folder output is created with its parents
+        existing = existing.parent
+    if not existing.is_dir() or not _can_create_in(existing):
+        raise CliError(f"{option} {path}: folder {existing} is not writable")
+    return path
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Create and remove a probe file: os.access says yes to root even where writes fail (/proc)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".ortformer-probe.", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
+
+
+@contextlib.contextmanager
+def written(path: Path, option: str) -> Iterator[Path]:
+    """A temporary file that replaces ``path`` only when the block succeeds (fsutil.staged);
+    an OSError becomes one `error:` line naming the option."""
+    try:
+        with staged(Path(path)) as tmp:
+            yield tmp
+    except OSError as exc:
+        raise CliError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def thread_limit() -> int:
+    """Most --threads any verb takes: providers.THREADS_PER_CORE per usable core."""
+    from ..runtime.providers import THREADS_PER_CORE, usable_cores
+
+    return THREADS_PER_CORE * usable_cores()
+
+
+def threads_option(help_text: str):
+    """--threads, refused above thread_limit() as a usage error (10,000 threads hung a run)."""
+    from ..runtime.providers import THREADS_PER_CORE
+
+    return click.option("--threads", type=click.IntRange(min=1, max=thread_limit()),
+                        help=f"{help_text} At most {THREADS_PER_CORE} per usable core ({thread_limit()} here).")

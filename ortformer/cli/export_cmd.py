@@ -4,6 +4,7 @@ torch is imported inside the commands, so `ortformer infer` works without it.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ from .. import contract
 from ..config import ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITIONS, PRESETS, EncoderConfig, preset
 from ..errors import ConfigError
 from ..parity import GATES, format_report
-from .common import echo_json, human_size
+from .common import CliError, check_output, echo_json, human_size
 
 # CLI flag -> EncoderConfig field, for the explicit-architecture flags
 FLAG_FIELDS = {
@@ -23,20 +24,52 @@ FLAG_FIELDS = {
 }
 
 
+def _strict_object(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise ConfigError(f"duplicate key(s) {duplicates} in the config JSON; give each field once")
+    return dict(pairs)
+
+
+def read_config_file(config_file: str, base: EncoderConfig) -> EncoderConfig:
+    """A config JSON file on top of ``base``: strict JSON (duplicate keys refused), the
+    fields of `ortformer export --print-config`, any subset of them."""
+    try:
+        text = Path(config_file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not UTF-8 JSON: {exc}") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_strict_object)
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"config file {config_file} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {config_file} must hold a JSON object, got {type(data).__name__}")
+    return EncoderConfig.from_dict({**base.to_dict(), **data})
+
+
 def config_from_options(preset_name: str | None, config_file: str | None, flags: dict) -> EncoderConfig:
-    """Preset (or config JSON) first, then every explicit flag on top."""
-    if preset_name and config_file:
-        raise ConfigError("give either --preset or --config, not both")
+    """A preset (default DEFAULT_PRESET), then the config JSON's fields, then every explicit flag."""
+    cfg = preset(preset_name or DEFAULT_PRESET)
     if config_file:
-        try:
-            text = Path(config_file).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
-        cfg = EncoderConfig.from_json(text)
-    else:
-        cfg = preset(preset_name or DEFAULT_PRESET)
+        cfg = read_config_file(config_file, cfg)
     changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
     return cfg.replace(**changes) if changes else cfg
+
+
+def model_files(path) -> dict:
+    """files {path: bytes} (model, weights side files, tokenizer) and inputs/outputs as
+    [{name, dtype, shape}]: the shape `ortformer info --json` describes them in."""
+    from ..modelfile import read_model_file, tokenizer_path
+
+    model = read_model_file(path)
+    files = (model.path.resolve(), *model.external_files, *filter(None, [tokenizer_path(model)]))
+    return {"files": {str(p): p.stat().st_size for p in files},
+            "inputs": [s.to_dict() for s in model.inputs], "outputs": [s.to_dict() for s in model.outputs]}
 
 
 def _shape_text(shapes: dict) -> str:
@@ -48,7 +81,9 @@ def architecture_options(func):
     """The explicit-architecture flags shared by commands that build a model."""
     options = [
         click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS)), help=f"Start from a preset (default {DEFAULT_PRESET})."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Start from a config JSON file."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                     help="A config JSON file: any fields of --print-config, applied over the preset "
+                          "(strict JSON: duplicate keys are refused)."),
         click.option("--attention", type=click.Choice(ATTENTION_KINDS)),
         click.option("--norm", type=click.Choice(NORMS)),
         click.option("--norm-position", type=click.Choice(NORM_POSITIONS)),
@@ -78,7 +113,9 @@ def architecture_options(func):
 @click.option("--no-fused-ops", is_flag=True,
               help="Standard ONNX ops only (no com.microsoft MultiHeadAttention/Gelu), for runtimes other than onnxruntime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Destination .onnx file.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Destination .onnx file (required to export).")
+@click.option("--print-config", is_flag=True,
+              help="Print the config JSON the flags describe (every field, the --config format) and exit.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help=f"float16 weights and activations (for CUDA), gated on cosine >= {GATES['float16']['min_cosine']}.")
@@ -89,11 +126,11 @@ def architecture_options(func):
 @click.option("--triton-repo", type=click.Path(file_okay=False),
               help="Also write a Triton Inference Server repository entry DIR/NAME/{config.pbtxt,1/model.onnx}.")
 @click.option("--triton-name", help="Model name in the Triton repository (default: the output file's stem).")
-@click.option("--max-batch-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Triton max_batch_size (with --triton-repo).")
+@click.option("--max-batch-size", type=click.IntRange(min=1),
+              help="Triton max_batch_size (with --triton-repo; default 64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops, seed, output, opset,
-                   dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
+def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops, seed, output, print_config,
+                   opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
 
@@ -101,6 +138,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     Examples:
       ortformer export --preset tiny -o tiny.onnx
       ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
+      ortformer export --preset tiny --print-config > my_config.json
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
@@ -108,12 +146,30 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     """
     from ..errors import require_torch
 
-    if triton_repo:  # refuse a bad repository name before spending time on the export
-        from ..scale.triton import check_name
-
-        check_name(triton_name or Path(output).stem)
     if from_path and (preset_name or config_file or any(v is not None for v in flags.values())):
         raise ConfigError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
+    if print_config:
+        if from_path:
+            raise click.UsageError("--print-config describes the flags' config; --from takes it from the checkpoint")
+        echo_json(config_from_options(preset_name, config_file, flags).to_dict())
+        return
+    if not output:
+        raise click.UsageError("Missing option '-o' / '--output'.")
+    for flag, value in (("--triton-name", triton_name), ("--max-batch-size", max_batch_size)):
+        if value is not None and not triton_repo:
+            raise click.UsageError(f"{flag} only applies with --triton-repo")
+    max_batch_size = 64 if max_batch_size is None else max_batch_size
+    inputs = [config_file, tokenizer, from_path]
+    check_output(output, force=force, option="-o/--output", inputs=inputs)
+    if keep_failed:
+        check_output(keep_failed, force=force, option="--keep-failed", inputs=[*inputs, output])
+    if triton_repo:  # refuse a bad repository name or an existing entry before spending time on the export
+        from ..scale.triton import check_name
+
+        check_output(triton_repo, force=force, option="--triton-repo", folder=True)
+        entry = Path(triton_repo) / check_name(triton_name or Path(output).stem)
+        if (entry.exists() or entry.is_symlink()) and not force:
+            raise CliError(f"{entry} already exists; pass --force to replace it")
     cfg = None if from_path else config_from_options(preset_name, config_file, flags)
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, export_steps
@@ -146,11 +202,12 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
 
         triton_entry = write_triton_repo(result.path, triton_repo, name=triton_name, max_batch_size=max_batch_size,
                                          force=force)
+    written = model_files(result.path)
     summary = {
         "triton": str(triton_entry) if triton_entry else None,
-        "path": str(result.path), "files": [str(f) for f in result.files], "size_bytes": result.size_bytes,
+        "path": str(result.path), "files": written["files"], "size_bytes": result.size_bytes,
         "parameters": result.parameters, "seconds": round(result.seconds, 2), "source": result.source,
-        "inputs": contract.input_shapes(cfg), "outputs": contract.output_shapes(cfg),
+        "inputs": written["inputs"], "outputs": written["outputs"],
         "config": cfg.to_dict(), "parity": result.report,
     }
     if as_json:
@@ -158,8 +215,9 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
         return
     click.echo(f"wrote {result.path} ({human_size(result.size_bytes)}, {result.parameters:,} parameters, "
                f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size}, {quantize or dtype})")
-    click.echo(f"  inputs:  {_shape_text(summary['inputs'])}")
-    click.echo(f"  outputs: {_shape_text(summary['outputs'])}")
+    click.echo(f"  inputs:  {_shape_text(contract.input_shapes(cfg))}")
+    click.echo(f"  outputs: {_shape_text(contract.output_shapes(cfg))}")
+    click.echo(f"  files:   {', '.join(Path(f).name for f in summary['files'])}")
     parity_text = "skipped (--no-parity)" if result.report.get("skipped") else format_report(result.report)
     click.echo(f"  parity:  {parity_text}")
     click.echo(f"  time:    {result.seconds:.1f} s")
@@ -187,7 +245,13 @@ def check_command(model, against, seed, as_json):
     require_torch("ortformer check")
     from ..exporter.verify import verify
 
-    result = verify(model, against=against, seed=seed)
+    steps = iter(range(1, 100))
+
+    def progress(message: str) -> None:
+        if not as_json:
+            click.echo(f"[{next(steps)}/4] {message} ...", err=True)
+
+    result = verify(model, against=against, seed=seed, progress=progress)
     if as_json:
         echo_json(result)
         return

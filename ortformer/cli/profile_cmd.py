@@ -5,7 +5,7 @@ import click
 
 from ..runtime import PROVIDERS
 from ..runtime.profile import profile_ops
-from .common import echo_json, model_argument, quiet_onnxruntime
+from .common import echo_json, model_argument, quiet_onnxruntime, threads_option
 
 
 @click.command("profile")
@@ -14,8 +14,9 @@ from .common import echo_json, model_argument, quiet_onnxruntime
 @click.option("--sequence", type=click.IntRange(min=1),
               help="Tokens N per row (default 128, or the model's max_positions when shorter).")
 @click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True, help="Timed runs (after 2 warm-up runs).")
-@click.option("--threads", type=click.IntRange(min=1), help="onnxruntime intra-op threads (default: one per core).")
-@click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True)
+@threads_option("onnxruntime intra-op threads (default: one per core).")
+@click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True,
+              help="auto: CUDA when it loads, else CPU (as in `ortformer infer`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report (ops, slowest nodes) as JSON.")
 @click.option("--top", type=click.IntRange(min=1), help="Only the TOP slowest op types (default: all), also with --json.")
 @click.pass_context

@@ -14,7 +14,7 @@ from ..parity import GATES, format_report
 from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
 from ..runtime.validate import as_array
-from .common import CliError, echo_json, human_size, model_argument, quiet_onnxruntime
+from .common import CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime, threads_option, written
 
 OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING)
 
@@ -24,6 +24,8 @@ def _parse_json(text: str, what: str):
         return json.loads(text)
     except ValueError as exc:
         raise CliError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CliError(f"{what} is nested too deeply to be a batch of sequences") from None
 
 
 def _read_input(ids: str | None, input_file: str | None):
@@ -31,7 +33,10 @@ def _read_input(ids: str | None, input_file: str | None):
     if ids is not None and input_file is not None:
         raise click.UsageError("give either --ids or --input, not both")
     if ids is not None:
-        return _parse_json(ids, "--ids")
+        data = _parse_json(ids, "--ids")
+        if not isinstance(data, list):
+            raise CliError(f"--ids must be a JSON array of token ids or of sequences, got {type(data).__name__}")
+        return data
     if input_file is None:
         return None
     path = Path(input_file)
@@ -41,7 +46,11 @@ def _read_input(ids: str | None, input_file: str | None):
         except (ValueError, OSError) as exc:
             raise CliError(f"--input {path} is not a readable .npy array: {exc}") from None
     if path.suffix == ".json":
-        return _parse_json(path.read_text(), f"--input {path}")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise CliError(f"--input {path} is not UTF-8 JSON: {exc}") from None
+        return _parse_json(text, f"--input {path}")
     raise click.BadParameter(f"{path.name!r} must end in .json or .npy", param_hint="--input")
 
 
@@ -50,15 +59,22 @@ def _read_texts(texts: tuple[str, ...], text_file: str | None) -> list[str] | No
         raise click.UsageError("give either --text or --text-file, not both")
     if text_file:
         try:
-            lines = Path(text_file).read_text(encoding="utf-8").splitlines()
+            text = Path(text_file).read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise CliError(f"--text-file {text_file} is not UTF-8 text: {exc}") from None
-        return [line for line in lines if line.strip()]
+        # one row per line, blank lines included, so output rows line up with input lines;
+        # only "\n" ends a line (str.splitlines would also split on U+2028 and friends)
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [line.removesuffix("\r") for line in lines]
     return list(texts) if texts else None
 
 
 def _as_batch(data, runtime: Runtime):
     """A single sequence (ids list, or (N, F) features) becomes a batch of one."""
+    if isinstance(data, list) and not data:  # [] is an empty batch, as a 0-row .npy and empty stdin
+        return []
     depth = 1 if runtime.config.takes_ids else 2
     given = data.ndim if isinstance(data, np.ndarray) else _list_depth(data)
     if given == 0:
@@ -90,21 +106,25 @@ def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int, max
     return np.concatenate(parts)
 
 
-def _write(result, fmt: str, out: str | None) -> None:
+def _write(result, fmt: str, out: Path | None, width: int) -> None:
     if fmt == "json":
         text = json.dumps(_jsonable(result))
         if out:
-            Path(out).write_text(text + "\n")
+            with written(out, "-o/--output") as tmp:
+                tmp.write_text(text + "\n")
         else:
             click.echo(text)
         return
+    if isinstance(result, list) and not result:  # no sequences: (0, 0, F) token states
+        result = np.empty((0, 0, width), np.float32)
     if isinstance(result, list):  # per-sequence arrays of different lengths
         if len({r.shape for r in result}) > 1:
             raise CliError("sequences have different lengths, so last_hidden_state is ragged: "
                            "use --format json, or pad the input and pass --mask")
         result = np.stack(result)
     if out:
-        np.save(out, result)
+        with written(out, "-o/--output") as tmp, open(tmp, "wb") as handle:
+            np.save(handle, result)  # to a handle: np.save(path) would append ".npy" to the name
     else:
         np.save(sys.stdout.buffer, result)
 
@@ -124,17 +144,20 @@ def _jsonable(result):
 @click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True)
 @click.option("--allow-fallback", is_flag=True, help="Run on CPU (with a warning) when --provider cuda cannot load.")
 @click.option("--device-id", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
-@click.option("--threads", type=click.IntRange(min=1), help="onnxruntime intra-op threads (default: one per core).")
+@threads_option("onnxruntime intra-op threads (default: one per core).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(min=1),
               help="Cap each batch at this many padded tokens (default on CPU: 256 per thread; CUDA: no cap). "
                    "Not with --mask; stdin lines run one by one.")
-@click.option("--output", type=click.Choice(OUTPUTS), help="Which output (default: sentence_embedding when the model pools).")
+@click.option("--tensor", type=click.Choice(OUTPUTS),
+              help="Which output tensor (default: sentence_embedding when the model pools).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
-@click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout.")
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False),
+              help="Write the result to this file instead of stdout (atomically, once the run succeeded).")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.pass_context
 def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_fallback, device_id, threads,
-          batch_size, max_tokens, output, fmt, out):
+          batch_size, max_tokens, tensor, fmt, out, force):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
     Input comes from --ids, --input, or stdin: one JSON array of ids per line,
@@ -144,13 +167,17 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     Examples:
       ortformer infer tiny.onnx --ids '[[1, 2, 3], [4, 5]]'
       ortformer infer tiny.onnx --input batch.npy -o embeddings.npy
-      ortformer infer tiny.onnx --ids '[[1, 2, 0]]' --mask '[[1, 1, 0]]' --output last_hidden_state
+      ortformer infer tiny.onnx --ids '[[1, 2, 0]]' --mask '[[1, 1, 0]]' --tensor last_hidden_state
       printf '[1, 2, 3]\\n[4, 5]\\n' | ortformer infer tiny.onnx --provider cpu
       ortformer infer minilm.onnx --text "A first sentence." --text "Another one."
       ortformer infer minilm.onnx --text-file sentences.txt -o embeddings.npy
     """
     quiet_onnxruntime(ctx)
-    fmt = fmt or ("npy" if out and out.endswith(".npy") else "json")
+    if out in OUTPUTS:
+        raise click.UsageError(f"-o/--output names the output file; pick the output tensor with --tensor {out}")
+    if out is not None:
+        out = check_output(out, force=force, option="-o/--output", inputs=[model, input_file, text_file])
+    fmt = fmt or ("npy" if out and out.suffix == ".npy" else "json")
     text_input = _read_texts(texts, text_file)
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
         raise click.UsageError("give text (--text/--text-file) or token ids (--ids/--input/--mask), not both")
@@ -158,43 +185,51 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
         raise click.UsageError("--max-tokens regroups ragged input by length; with --mask the rows run as given, "
                                "in --batch-size chunks: drop one of the two")
     data = _read_input(ids, input_file)
-    if data is None and (mask is not None or fmt == "npy"):
+    if ids is None and input_file is None and text_input is None and (mask is not None or fmt == "npy"):
         raise click.UsageError("--mask and --format npy need --ids or --input (stdin is streamed line by line as JSON)")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ProviderFallbackWarning)
         runtime = Runtime(model, provider, device_id=device_id, threads=threads, allow_fallback=allow_fallback)
     for warning in caught:  # one line, like errors, instead of Python's two-line warning format
         click.echo(f"warning: {warning.message}", err=True)
-    output = runtime.select_output(output)
+    if out is not None:  # the model's side files are inputs too
+        check_output(out, force=force, option="-o/--output",
+                     inputs=[*runtime.model_file.external_files, runtime.tokenizer_path()])
+    output = runtime.select_output(tensor)
     if text_input is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
-        _write(result, fmt, out)
+        _write(result, fmt, out, runtime.config.hidden_size)
         return
-    if data is not None:
+    if ids is not None or input_file is not None:
         batch = _as_batch(data, runtime)
         if mask is not None:
             mask = _parse_json(mask, "--mask")
             mask = [mask] if batch is not data else mask  # a single sequence's mask, wrapped alike
-        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out)
+        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, runtime.config.hidden_size)
         return
-    stream = open(out, "w") if out else None
-    try:
-        for number, line in enumerate(sys.stdin, 1):
-            if not line.strip():
-                continue
-            sequence = _parse_json(line, f"stdin line {number}")
-            try:
-                (result,) = runtime.embed([sequence], output=output)
-            except InputError as exc:
-                raise InputError(f"stdin line {number}: {exc}") from None
-            click.echo(json.dumps(result.tolist()), file=stream)  # click.echo flushes each line
-    finally:
-        if stream:
-            stream.close()
+    if out is None:
+        _stream(runtime, output, None)
+        return
+    # the file appears (or is replaced) only when every line succeeded
+    with written(out, "-o/--output") as tmp, open(tmp, "w") as stream:
+        _stream(runtime, output, stream)
+
+
+def _stream(runtime: Runtime, output: str, stream) -> None:
+    """One JSON line out per JSON line in from stdin; blank lines are skipped."""
+    for number, line in enumerate(sys.stdin, 1):
+        if not line.strip():
+            continue
+        sequence = _parse_json(line, f"stdin line {number}")
+        try:
+            (result,) = runtime.embed([sequence], output=output)
+        except InputError as exc:
+            raise InputError(f"stdin line {number}: {exc}") from None
+        click.echo(json.dumps(result.tolist()), file=stream)  # click.echo flushes each line
 
 
 @click.command("info")
@@ -260,7 +295,12 @@ def optimize(ctx, model, output, force):
     quiet_onnxruntime(ctx)
     from ..runtime.optimize import optimize_offline
 
-    check = optimize_offline(model, output, force=force)
+    check_output(output, force=force, option="-o/--output", inputs=[model])
+    click.echo("optimizing and checking on the parity grid ...", err=True)
+    try:
+        check = optimize_offline(model, output, force=force)
+    except OSError as exc:
+        raise CliError(f"-o/--output {output}: cannot write: {exc.strerror or exc}") from None
     click.echo(f"wrote {output}: max_abs={check['max_abs']:.2e} min_cos={check['min_cosine']:.6f} "
                f"against {model} over {check['cases']} cases")
 

@@ -11,6 +11,7 @@ import warnings
 import click
 
 from ..scale.ray_batch import BATCH_PROVIDERS
+from .common import CliError, check_output
 from ..scale.triton import DEVICES, MODEL_FILENAME, VERSION, write_triton_repo
 
 
@@ -35,11 +36,12 @@ def triton_repo_command(model, repo, name, max_batch_size, device, force):
       ortformer triton-repo tiny.onnx --repo models
       ortformer triton-repo m.onnx --repo models --name encoder --device gpu --max-batch-size 32 --force
     """
+    check_output(repo, force=force, option="--repo", folder=True)
     entry = write_triton_repo(model, repo, name=name, max_batch_size=max_batch_size, device=device, force=force)
     click.echo(f"wrote {entry}/config.pbtxt and {entry}/{VERSION}/{MODEL_FILENAME}")
-    extras = sorted(p.name for p in entry.iterdir() if p.is_file() and p.name != "config.pbtxt")
-    if extras:
-        click.echo(f"  beside it: {', '.join(extras)}")
+    extras = sorted(p.name for p in entry.iterdir() if p.is_file() and not p.is_symlink() and p.name != "config.pbtxt")
+    for extra in extras:  # the tokenizer, at the path clients load it from
+        click.echo(f"  tokenizer for clients: {entry / extra}")
     click.echo(f"  serve: tritonserver --model-repository={entry.parent.absolute()}")
 
 
@@ -47,8 +49,9 @@ class _ProgressLine:
     """Rows done and rows/s on stderr: rewritten in place on a terminal, else at most one
     line every few seconds (logs stay short)."""
 
-    def __init__(self, every_s: float = 5.0):
-        self.tty = sys.stderr.isatty()
+    def __init__(self, stream=None, every_s: float = 5.0):
+        self.stream = stream  # None: sys.stderr
+        self.tty = (stream or sys.stderr).isatty()
         self.every_s = every_s
         self.last = 0.0
 
@@ -61,16 +64,16 @@ class _ProgressLine:
         percent = 100.0 * done / total if total else 100.0
         text = f"{done:,}/{total:,} rows ({percent:.0f}%), {rate:,.1f} rows/s"
         if self.tty:
-            click.echo(f"\r{text}", err=True, nl=final)
+            click.echo(f"\r{text}", err=self.stream is None, file=self.stream, nl=final)
         else:
-            click.echo(text, err=True)
+            click.echo(text, err=self.stream is None, file=self.stream)
 
 
 @click.command("batch")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Texts: .jsonl (one object per line) or .parquet.")
-@click.option("--output", "output_path", required=True, type=click.Path(),
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(),
               help="Output folder of parquet shards (id, embedding), e.g. embeddings.parquet.")
 @click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray instance).")
 @click.option("--num-actors", type=click.IntRange(min=1), default=1, show_default=True,
@@ -100,17 +103,23 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
     from ..scale.ray_batch import DuplicateIdWarning, embed_corpus
     from ..text import TruncationWarning
 
-    with warnings.catch_warnings(record=True) as caught:
+    out = check_output(output_path, force=True, option="-o/--output", folder=True, inputs=[model, input_path])
+    if not resume and out.is_dir() and any(out.iterdir()):  # before the model and input are read
+        raise CliError(f"output {out} already exists; pass --resume to continue it, or remove it to start over")
+
+    from ..scale.ray_guard import held_stderr
+
+    debug = (click.get_current_context().find_root().obj or {}).get("debug", False)
+    # Ray's processes write to descriptor 2 directly; our own lines go to the real stderr
+    with warnings.catch_warnings(record=True) as caught, held_stderr(replay_on_error=debug) as stderr:
         warnings.simplefilter("always", DuplicateIdWarning)
         warnings.simplefilter("always", TruncationWarning)
         stats = embed_corpus(model, input_path, output_path, ray_address=ray_address, num_actors=num_actors,
                              batch_size=batch_size, provider=provider, resume=resume, text_field=text_field,
-                             id_field=id_field, progress=_ProgressLine(), shard_rows=shard_rows)
-    for warning in caught:
+                             id_field=id_field, progress=_ProgressLine(stderr), shard_rows=shard_rows)
+    for warning in caught:  # Ray's own (deprecations, resource notes) are not the user's concern
         if issubclass(warning.category, (DuplicateIdWarning, TruncationWarning)):
             click.echo(f"warning: {warning.message}", err=True)
-        else:  # not ours to reword: show as Python would have
-            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     resumed = f", {stats['rows'] - stats['rows_embedded']:,} already done" if stats["shards_skipped"] else ""
     click.echo(f"embedded {stats['rows_embedded']:,} rows{resumed} in {stats['seconds']:.1f} s "
                f"({stats['rows_per_s']:,.1f} rows/s over {stats['num_actors']} actor(s)) -> {stats['output']} "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import onnx
 
+from .. import contract
 from ..errors import ExportError
 from ..fsutil import fsync_dir, fsync_file
 from ..onnxfile import external_locations
@@ -73,6 +74,8 @@ class StagedModel:
         """Move data first, then the ONNX file (the commit point). Returns the final files."""
         check_destination(self.dest, force)
         folder = self.dest.parent
+        for name in self.side_names:  # side files are outputs too
+            check_destination(folder / name, force)
         old_data = external_data_files(self.dest) if self.dest.exists() else set()
         for staged in self.files():
             fsync_file(staged)
@@ -89,10 +92,20 @@ class StagedModel:
         return [self.dest] + [folder / name for name in self._side()]
 
     def keep_as(self, path: Path) -> Path:
-        """Keep a failed model for inspection under an explicit, different name."""
+        """Keep a failed model for inspection under an explicit, different name, with its
+        tokenizer beside it under the kept model's stem, so the kept file loads on its own."""
         model = onnx.load(str(self.path))  # pulls external data in, so the copy stands alone
+        tokenizer = {p.key: p.value for p in model.metadata_props}.get(contract.META_TOKENIZER)
+        kept_tokenizer = f"{Path(path).stem}.tokenizer.json"
+        if tokenizer in self.side_names:
+            set_metadata(model, {contract.META_TOKENIZER: kept_tokenizer})
         kept = stage_model(model, Path(path), force=True)
-        return kept.commit(force=True)[0]
+        try:
+            if tokenizer in self.side_names:
+                kept.add_side_file(self.tmpdir / tokenizer, kept_tokenizer)
+            return kept.commit(force=True)[0]
+        finally:
+            kept.discard()
 
     def discard(self) -> None:
         shutil.rmtree(self.tmpdir, ignore_errors=True)

@@ -22,6 +22,7 @@ from .. import contract
 from ..checks import check_int
 from .._version import __version__
 from ..config import EncoderConfig
+from .. import cost
 from ..cost import parameter_count
 from ..errors import ExportError, ModelFileError, ParityError
 from ..modelfile import check_graph_io
@@ -31,6 +32,7 @@ from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 from .text_parity import text_parity
+from ..text import check_tokenizer
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
 # optimizer and quantizer handle best: SDPA decomposes into MatMul/Softmax that ORT
@@ -186,6 +188,10 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         raise ExportError(f"quantize={quantize!r} is not supported; choose one of {', '.join(QUANTIZATIONS)} "
                           "on a float32 export")
     precision = quantize or dtype
+    if isinstance(model_or_config, EncoderConfig):  # before torch allocates the weights
+        cost.check_fits(cost.parameter_bytes(model_or_config), f"exporting {model_or_config.name!r} "
+                        f"({parameter_count(model_or_config):,} parameters)",
+                        "choose a smaller vocab_size, max_positions or hidden size")
     model, default_source = _resolve(model_or_config, seed)
     cfg = model.config
     if cfg.max_positions < 2:
@@ -204,6 +210,12 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     if tokenizer is not None:
         if not Path(tokenizer).is_file():
             raise ExportError(f"tokenizer {tokenizer} is not a file; give a tokenizer.json path")
+        try:
+            check_tokenizer(tokenizer, cfg.vocab_size)
+        except ModelFileError as exc:
+            raise ExportError(str(exc)) from None
+        # the side file is part of the output: replaced only with force, like the model
+        check_destination(dest.absolute().parent / tokenizer_name, force)
         meta[contract.META_TOKENIZER] = tokenizer_name
     if text_max_length is not None:
         check_int("text_max_length", text_max_length, high=cfg.max_positions, error=ExportError)

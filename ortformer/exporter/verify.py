@@ -14,7 +14,8 @@ import onnxruntime as ort
 from ..config import EncoderConfig
 from ..errors import ConfigError, ParityError
 from ..models import Encoder, build_encoder, load_any
-from ..modelfile import ModelFile, read_model_file
+from ..modelfile import ModelFile, read_model_file, tokenizer_path
+from ..text import check_tokenizer
 from .export import check_file, eager_runner
 from ..parity import failed_cases, run_parity
 
@@ -38,26 +39,37 @@ def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encode
     else:
         loaded = load_any(against)
         model, where = loaded.model, f"{against} ({loaded.source})"
-    if model.config != cfg:
-        diff = {k: (v, getattr(model.config, k)) for k, v in cfg.to_dict().items()
-                if k != "format" and getattr(model.config, k) != v}
+    # what defines the model, not what it is called: a copied folder names its model after itself
+    diff = {k: (v, getattr(model.config, k)) for k, v in cfg.to_dict().items()
+            if k not in ("format", "name") and getattr(model.config, k) != v}
+    if diff:
         raise ConfigError(f"{against} describes another model than the file; field: (file, against) = {diff}")
+    if model.config.name != cfg.name:
+        model.config = cfg  # same architecture under another name: compare the weights alone
     return model, where
 
 
-def verify(path, against=None, seed: int | None = None) -> dict:
+def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     """Return {"path", "config", "source", "checker": "ok", "parity": report or None, "reference"}.
 
     Raises ModelFileError / ExportError for an invalid file, ParityError when the
     rerun grid fails the gate.
     """
+    step = progress or (lambda message: None)
+    step("reading the file and its metadata")
     model_file = read_model_file(path)
+    tokenizer = tokenizer_path(model_file)
+    if tokenizer is not None:  # a file that is not the model's tokenizer fails every text later
+        check_tokenizer(tokenizer, model_file.config.vocab_size)
+    step("onnx.checker (full)")
     check_file(model_file.path, model_file.config)
+    step("rebuilding the eager reference")
     reference, where = _reference(model_file, against, seed)
     result = {"path": str(model_file.path), "config": model_file.config.to_dict(), "source": model_file.source,
               "checker": "ok", "reference": where, "parity": None}
     if reference is None:
         return result
+    step("parity grid against the reference")
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(model_file.path), options, providers=["CPUExecutionProvider"])

@@ -9,6 +9,7 @@ a file on CPU with the same onnxruntime version skips the rewrites.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +41,13 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     if source.external_files:
         raise ModelFileError(f"{path} keeps its weights in a side file; offline optimization handles inline models (< 2 GB)")
     out = Path(out)
+    if out.exists() and os.path.samefile(out, source.path):
+        raise ModelFileError(f"{out} is the model being optimized; write the optimized copy to another file")
     if out.exists() and not force:
         raise ModelFileError(f"{out} already exists; pass force=True (--force) to replace it")
-    with staged(out, suffix=".tmp.onnx") as tmp:  # written, checked, then fsynced and renamed over out
+    if not out.absolute().parent.is_dir():
+        raise ModelFileError(f"cannot write {out}: folder {out.parent} does not exist; create it first")
+    with staged(out, suffix=".tmp.onnx") as tmp:  # written, checked, then fsynced (mode per umask) and renamed over out
         options = ort.SessionOptions()
         # EXTENDED, not ALL: ALL adds layout changes tied to this machine's instruction set
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED

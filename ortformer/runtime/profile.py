@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .. import parity
+from .. import cost, parity
 from ..checks import check_int
-from ..errors import OrtformerError
+from ..errors import InputError, OrtformerError
 from . import providers
 from ..modelfile import read_model_file
 from .optimize import optimized_for_cpu
@@ -102,6 +102,8 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = 
             if sequence is None:  # 128 tokens, or the model's longest when that is shorter
                 sequence = min(DEFAULT_SEQUENCE, runtime.config.max_positions)
             check_int("sequence", sequence, high=runtime.config.max_positions, why=" (the model's max_positions)")
+            cost.check_fits(cost.activation_bytes(runtime.config, batch, sequence),
+                            f"profiling at batch {batch} x sequence {sequence}", "choose a smaller --batch or --sequence")
             feeds = synthetic_feeds(runtime, batch, sequence)
             for _ in range(warmup):
                 runtime.run(**feeds)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from pathlib import Path
 
 import onnxruntime as ort
@@ -27,12 +28,24 @@ SHORT_NAMES = {CPU_EP: "cpu", CUDA_EP: "cuda"}
 _cuda_failed: set[int] = set()
 
 
+# more intra-op threads than this per usable core only adds switching (10,000 hung a run)
+THREADS_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def check_request(provider: str, device_id: int, threads: int | None) -> None:
     if provider not in PROVIDERS:
         raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
     check_int("device_id", device_id, low=0, error=ProviderError, why=" (a CUDA device index)")
     if threads is not None:
-        check_int("threads", threads, why=", or None for onnxruntime's default")
+        limit = THREADS_PER_CORE * usable_cores()
+        check_int("threads", threads, high=limit,
+                  why=f" ({THREADS_PER_CORE} per usable core), or None for onnxruntime's default")
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:

@@ -151,8 +151,8 @@ class Runtime:
     @property
     def text_max_length(self) -> int:
         """Default truncation for text: the metadata's text_max_length, else max_positions."""
-        value = self.metadata.get(contract.META_TEXT_MAX_LENGTH, "")
-        return min(int(value), self.config.max_positions) if value.isdigit() else self.config.max_positions
+        value = self.metadata.get(contract.META_TEXT_MAX_LENGTH)  # validated by read_model_file
+        return int(value) if value is not None else self.config.max_positions
 
     def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
                     max_length: int | None = None, max_tokens: int | None = None):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -87,7 +88,20 @@ def embed_corpus(model_path, input_path, output_path, *, ray_address: str | None
     ray = _require_ray()
     model_path, input_path, out = Path(model_path), Path(input_path), Path(output_path)
     plan = plan_corpus(input_path, _model_stamp(model_path), text_field, id_field, shard_rows)
+    for shard in plan.shards:  # every row checked here, in seconds, not by an actor after Ray started
+        read_shard(plan, shard)
+    fresh = not out.exists()
     _prepare_output(out, plan, resume)
+    try:
+        return _embed(ray, plan, out, model_path, ray_address, num_actors, batch_size, provider, progress, started)
+    except BaseException:
+        if fresh and not finished(out, plan):  # nothing done: leave nothing that blocks the rerun
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _embed(ray, plan: Plan, out: Path, model_path: Path, ray_address, num_actors: int, batch_size: int,
+           provider: str, progress, started: float) -> dict[str, Any]:
     done = finished(out, plan)
     pending = [s for s in plan.shards if s.index not in done]
     report = progress or (lambda done_rows, total, rate: None)
@@ -200,6 +214,9 @@ def _connect(ray, address: str | None) -> bool:
         else:
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+            from .ray_guard import guard
+
+            guard()  # Ray's agents outlive a driver killed with SIGKILL; the watchdog ends them
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError: all mean "no cluster"
         where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
         raise OrtformerError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from None

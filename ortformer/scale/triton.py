@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -99,6 +100,10 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     entry = repo / name
     if repo.exists() and not repo.is_dir():
         raise OutputError(f"repository {repo} exists and is not a folder; give a folder path")
+    for inside in (entry, entry / VERSION):  # a link would carry the writes out of the repository
+        if inside.is_symlink():
+            raise OutputError(f"{inside} is a symbolic link; the repository entry must be a real folder "
+                              "(remove the link)")
     if entry.exists() and not force:
         raise OutputError(f"{entry} already exists; pass force=True (--force) to replace it")
     if entry.exists() and not entry.is_dir():
@@ -123,10 +128,30 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
         # only ever delete inside the version folder
         if stale.resolve().is_relative_to(version_dir.resolve()) and stale.is_file():
             stale.unlink()
+    written = {version_dir / rel for rel in data_files} | {version_dir / MODEL_FILENAME, entry / "config.pbtxt"}
     if tokenizer is not None:
         _atomic_copy(tokenizer[1], entry / PurePosixPath(tokenizer[0]).name)
+        written |= {version_dir / tokenizer[0], entry / PurePosixPath(tokenizer[0]).name}
     _atomic_write(entry / "config.pbtxt", text)
+    _remove_all_but(entry, written)
     return entry
+
+
+def _remove_all_but(entry: Path, keep: set[Path]) -> None:
+    """Replace the entry whole: remove what an earlier model left (its tokenizer, other
+    version folders Triton would serve instead). Links are removed, never followed."""
+    keep_dirs = {p.parent for p in keep} | {parent for p in keep for parent in p.parents}
+    for root, dirs, files in os.walk(entry, topdown=False, followlinks=False):
+        folder = Path(root)
+        for name in files:
+            if folder / name not in keep:
+                (folder / name).unlink(missing_ok=True)
+        for name in dirs:
+            sub = folder / name
+            if sub.is_symlink():
+                sub.unlink()
+            elif sub not in keep_dirs:
+                shutil.rmtree(sub, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------- checks

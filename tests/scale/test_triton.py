@@ -123,6 +123,7 @@ def test_external_data_is_copied_and_loads(text_model, tmp_path):
     folder = tmp_path / "src"
     folder.mkdir()
     source = folder / "ext.onnx"
+    shutil.copy(text_model.parent / "tokenizer.json", folder)  # the metadata names it: a missing one is an error
     onnx.save_model(onnx.load(str(text_model)), str(source), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="ext.weights", size_threshold=1024)
     shutil.copy(text_model.parent / "tokenizer.json", folder)  # the model names it: it must be there

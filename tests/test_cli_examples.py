@@ -1,0 +1,144 @@
+"""Every `--help` example, and the README's command list, runs as written on a tiny model.
+
+Each example runs in a fresh folder holding the files it reads (tiny.onnx, minilm.onnx,
+batch.npy, sentences.txt, ...), but not the files it writes, through a real shell (pipes
+and redirections as printed). The model files are one tiny text model: BERT's vocabulary,
+the MiniLM tokenizer, 512 positions; minilm.onnx is exported from a random BERT folder.
+"""
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortformer.cli import cli
+
+sys.path.insert(0, str(Path(__file__).parent / "scale"))
+from conftest import minilm_tokenizer  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_NAMES = ("tiny.onnx", "m.onnx", "model.onnx")
+# examples that need what this machine or a unit test cannot give: said why, and not run
+NOT_RUN = {
+    "ortformer bench": "a benchmark (minutes); tests/test_bench.py runs `bench --quick`",
+    "ray://": "needs a Ray cluster",
+    "--preset bert-base": "a 110M-parameter export: minutes",
+}
+NEEDS_CUDA = "--provider cuda"
+
+
+def help_examples() -> list[str]:
+    lines = []
+    for name, command in sorted(cli.commands.items()):
+        text = command.help or ""
+        if "Examples:" in text:
+            block = text.split("Examples:", 1)[1]
+            lines += [line.strip().replace("\\\\", "\\") for line in block.splitlines() if "ortformer " in line]
+    return lines
+
+
+def readme_examples() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    block = next(b for b in re.findall(r"```\w*\n(.*?)```", text, re.S) if "ortformer export --preset tiny" in b)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if "ortformer " in line]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Every file an example reads, once."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from ortformer.exporter import export
+    from ortformer.models import load_any
+
+    folder = tmp_path_factory.mktemp("inputs")
+    bert = folder / "all-MiniLM-L6-v2"
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=512)
+    torch.manual_seed(0)
+    transformers.BertModel(config).eval().save_pretrained(str(bert))
+    real = minilm_tokenizer().parent  # its sentence-transformers files: mean pooling, normalized
+    for name in ("tokenizer.json", "modules.json", "sentence_bert_config.json"):
+        shutil.copy(real / name, bert / name)
+    shutil.copytree(real / "1_Pooling", bert / "1_Pooling")
+    loaded = load_any(bert)
+    export(loaded.model, folder / "minilm.onnx", parity=False, tokenizer=loaded.tokenizer, source=loaded.source)
+    for name in MODEL_NAMES:  # the same model under each name the examples use
+        shutil.copy(folder / "minilm.onnx", folder / name)
+        shutil.copy(folder / "minilm.tokenizer.json", folder / f"{Path(name).stem}.tokenizer.json")
+        onnx_rename_tokenizer(folder / name, f"{Path(name).stem}.tokenizer.json")
+    np.save(folder / "batch.npy", np.array([[101, 7592, 102], [101, 2088, 102]], np.int64))
+    (folder / "sentences.txt").write_text("A first sentence.\nAnother one.\n")
+    (folder / "my_config.json").write_text(json.dumps({"num_layers": 1, "hidden_size": 32, "num_heads": 2,
+                                                       "ffn_size": 64, "vocab_size": 100, "max_positions": 64}))
+    (folder / "texts.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n"
+                                                for i, t in enumerate(["a text", "another text", "a third"])))
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    pq.write_table(pa.table({"id": [1, 2], "text": ["a text", "another"]}), folder / "texts.parquet")
+    (folder / "path" / "to").mkdir(parents=True)
+    shutil.copytree(bert, folder / "path" / "to" / "all-MiniLM-L6-v2")
+    return folder
+
+
+def onnx_rename_tokenizer(path: Path, name: str) -> None:
+    import onnx
+
+    from ortformer import contract
+
+    model = onnx.load(str(path))
+    for prop in model.metadata_props:
+        if prop.key == contract.META_TOKENIZER:
+            prop.value = name
+    onnx.save(model, str(path))
+
+
+def written_by(example: str) -> set[str]:
+    words = shlex.split(example.replace("|", " | "))
+    out = {words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-o", "--output", ">", "--out", "--repo")}
+    firsts = {Path(w).parts[0] for w in out}
+    # a model's tokenizer side file is written with it
+    return firsts | {f"{Path(w).stem}.tokenizer.json" for w in firsts if w.endswith(".onnx")}
+
+
+def run_example(example: str, inputs: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    work = tmp_path / "work"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "ortformer"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from ortformer.cli import main; main()' \"$@\"\n")
+    shim.chmod(0o755)
+    shutil.copytree(inputs, work, ignore=shutil.ignore_patterns(*written_by(example)))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", example], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def check(example: str, inputs: Path, tmp_path: Path) -> None:
+    for marker, why in NOT_RUN.items():
+        if marker in example:
+            pytest.skip(why)
+    done = run_example(example, inputs, tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    if NEEDS_CUDA in example and done.returncode:  # no GPU here: a clean refusal naming CUDA
+        assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith("error:"), done.stderr
+        assert "cuda" in done.stderr.lower()
+        return
+    assert done.returncode == 0, (example, done.stdout[-2000:], done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("example", help_examples())
+def test_help_example_runs(example, inputs, tmp_path):
+    check(example, inputs, tmp_path)
+
+
+@pytest.mark.parametrize("example", readme_examples())
+def test_readme_example_runs(example, inputs, tmp_path):
+    check(example, inputs, tmp_path)

@@ -1,0 +1,166 @@
+"""`export`, `check` and the model-file reader refuse what would fail or mislead later."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from ortformer import contract, cost
+from ortformer.cli import cli
+from ortformer.errors import ModelFileError, ParityError
+from ortformer.runtime import Runtime, read_model_file
+
+sys.path.insert(0, str(Path(__file__).parent / "scale"))
+from conftest import minilm_tokenizer  # noqa: E402
+
+
+def invoke(*args, input=None, ok=True):
+    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
+    if ok:
+        assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def fail(*args, input=None, code=1):
+    result = invoke(*args, input=input, ok=False)
+    assert result.exit_code == code, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    if code == 1:
+        assert lines[-1].startswith("error: ") and sum(x.startswith("error") for x in lines) == 1, result.stderr
+    return lines[-1]
+
+
+def with_metadata(src: Path, dest: Path, key: str, value: str) -> Path:
+    model = onnx.load(str(src))
+    model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(dest))
+    return dest
+
+
+TINY_TEXT = ["export", "--preset", "tiny", "--vocab", "30522", "--no-parity"]
+
+
+def test_an_existing_side_file_needs_force(tmp_path):
+    mine = tmp_path / "mm2.tokenizer.json"
+    mine.write_text("my own notes")
+    assert "already exists" in fail(*TINY_TEXT, "--tokenizer", minilm_tokenizer(), "-o", tmp_path / "mm2.onnx")
+    assert mine.read_text() == "my own notes" and not (tmp_path / "mm2.onnx").exists()
+
+
+def test_output_equal_to_an_input_is_refused_even_with_force(tmp_path):
+    config = tmp_path / "c.onnx"
+    config.write_text('{"num_layers": 1}')
+    assert "input" in fail("export", "--config", config, "-o", config, "--force")
+    assert config.read_text() == '{"num_layers": 1}'
+
+
+def test_keep_failed_keeps_a_model_that_loads(tmp_path, monkeypatch):
+    from ortformer import parity
+    from ortformer.config import preset
+    from ortformer.exporter import export
+
+    real = parity.run_parity
+
+    def failing(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report["cases"][0]["outputs"][contract.SENTENCE_EMBEDDING]["passed"] = False
+        return {**report, "passed": False}
+
+    monkeypatch.setattr(parity, "run_parity", failing)
+    kept = tmp_path / "mq_failed.onnx"
+    with pytest.raises(ParityError):
+        export(preset("tiny", vocab_size=30522), tmp_path / "mq.onnx", tokenizer=minilm_tokenizer(), keep_failed=kept)
+    assert not (tmp_path / "mq.onnx").exists()
+    assert Runtime(kept, "cpu").embed_texts(["kept"]).shape[0] == 1
+
+
+def test_memory_is_checked_before_allocating(tokens_model, monkeypatch):
+    monkeypatch.setattr(cost, "available_memory", lambda: 1 << 30)
+    for flag, value in (("--vocab", "1000000000000"), ("--max-positions", "100000000")):
+        message = fail("export", "--preset", "tiny", flag, value, "-o", "never.onnx")
+        assert "memory" in message and "GiB" in message
+    message = fail("profile", tokens_model, "--batch", "100000", "--sequence", "64", "--provider", "cpu")
+    assert "memory" in message and "GiB" in message
+
+
+def test_a_foreign_tokenizer_is_refused_at_export(tmp_path):
+    too_big = fail("export", "--preset", "tiny", "--no-parity", "--tokenizer", minilm_tokenizer(), "-o", tmp_path / "a.onnx")
+    assert "30522" in too_big and "vocab_size" in too_big
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"not": "a tokenizer"}')
+    assert "tokenizer" in fail(*TINY_TEXT, "--tokenizer", junk, "-o", tmp_path / "b.onnx")
+    assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_check_refuses_a_model_whose_tokenizer_is_not_one(tmp_path):
+    model = tmp_path / "t.onnx"
+    invoke(*TINY_TEXT, "--tokenizer", minilm_tokenizer(), "-o", model)
+    (tmp_path / "t.tokenizer.json").write_text('{"not": "a tokenizer"}')
+    assert "tokenizer" in fail("check", model)
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "-5", "abc", "1.5", "100000", "0", "\u0661"])
+def test_a_bad_text_max_length_is_refused_by_the_reader(tokens_model, tmp_path, value):
+    path = with_metadata(tokens_model, tmp_path / "m.onnx", contract.META_TEXT_MAX_LENGTH, value)
+    with pytest.raises(ModelFileError, match="text_max_length"):
+        read_model_file(path)
+
+
+def test_a_good_text_max_length_is_read(tokens_model, tmp_path):
+    path = with_metadata(tokens_model, tmp_path / "m.onnx", contract.META_TEXT_MAX_LENGTH, "8")
+    assert Runtime(path, "cpu").text_max_length == 8
+
+
+def test_config_json_is_documented_strict_and_starts_from_a_preset(tmp_path):
+    printed = json.loads(invoke("export", "--preset", "tiny", "--print-config").stdout)
+    assert printed["name"] == "tiny" and printed["num_layers"] == 2
+    partial = tmp_path / "partial.json"
+    partial.write_text('{"num_layers": 1}')
+    merged = json.loads(invoke("export", "--preset", "tiny", "--config", partial, "--print-config").stdout)
+    assert merged == {**printed, "num_layers": 1}
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"num_layers": 1, "num_layers": 3}')
+    assert "duplicate" in fail("export", "--config", dup, "--print-config")
+
+
+def test_triton_flags_need_triton_repo_and_an_existing_entry_is_refused_first(tmp_path):
+    assert "--triton-repo" in fail("export", "--preset", "tiny", "-o", tmp_path / "a.onnx", "--triton-name", "x", code=2)
+    assert "--triton-repo" in fail("export", "--preset", "tiny", "-o", tmp_path / "a.onnx", "--max-batch-size", "8", code=2)
+    (tmp_path / "repo" / "a").mkdir(parents=True)
+    assert "already exists" in fail("export", "--preset", "tiny", "--no-parity", "-o", tmp_path / "a.onnx",
+                                    "--triton-repo", tmp_path / "repo")
+    assert not (tmp_path / "a.onnx").exists()
+
+
+def test_export_summary_and_json_match_info(tmp_path):
+    model = tmp_path / "t.onnx"
+    out = invoke(*TINY_TEXT, "--tokenizer", minilm_tokenizer(), "-o", model).stdout
+    assert "t.tokenizer.json" in out
+    exported = json.loads(invoke(*TINY_TEXT, "--tokenizer", minilm_tokenizer(), "-o", model, "--force", "--json").stdout)
+    described = json.loads(invoke("info", model, "--json").stdout)
+    assert exported["files"] == described["files"]
+    assert exported["inputs"] == described["inputs"] and exported["outputs"] == described["outputs"]
+
+
+def test_check_against_a_copied_folder_compares_the_model_not_its_name(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    folder = tmp_path / "bert"
+    config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=24)
+    torch.manual_seed(0)
+    transformers.BertModel(config).eval().save_pretrained(str(folder))
+    model = tmp_path / "b.onnx"
+    invoke("export", "--from", folder, "-o", model, "--no-parity")
+    copy = tmp_path / "copybert"
+    shutil.copytree(folder, copy)
+    assert "parity" in invoke("check", model, "--against", copy).stdout
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    transformers.BertModel(config).eval().save_pretrained(str(other))
+    assert "parity" in fail("check", model, "--against", other)

@@ -1,0 +1,124 @@
+"""What every verb writes: never an input, never an existing file without --force,
+atomically, with the usual permissions, and a clean one-line error where it cannot."""
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ortformer import fsutil
+from ortformer.cli import cli
+
+# root writes through file modes; /proc refuses new files to everyone
+UNWRITABLE = Path("/proc")
+
+
+def invoke(*args, input=None, ok=True):
+    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
+    if ok:
+        assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def fail(*args, input=None, code=1):
+    result = invoke(*args, input=input, ok=False)
+    assert result.exit_code == code, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    if code == 1:  # progress lines may come before; the error is one line, the last
+        assert lines[-1].startswith("error: ") and sum(x.startswith("error") for x in lines) == 1, result.stderr
+    return lines[-1]
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield 0o640
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_infer_never_writes_over_its_model(tokens_model, tmp_path):
+    model = tmp_path / "v.onnx"
+    shutil.copy(tokens_model, model)
+    before = model.read_bytes()
+    assert "input" in fail("infer", model, "--ids", "[[1, 2]]", "-o", model)
+    assert "input" in fail("infer", model, "--ids", "[[1, 2]]", "-o", model, "--force")
+    assert "input" in fail("infer", model, "--ids", "[[1, 2]]", "-o", tmp_path / "." / "v.onnx", "--force")
+    link = tmp_path / "hard.onnx"
+    os.link(model, link)
+    assert "input" in fail("infer", model, "--ids", "[[1, 2]]", "-o", link, "--force")
+    assert model.read_bytes() == before
+
+
+def test_stream_output_is_refused_without_force_and_atomic_with_it(tokens_model, tmp_path):
+    precious = tmp_path / "k.txt"
+    precious.write_text("precious\n")
+    assert "already exists" in fail("infer", tokens_model, "-o", precious, input="[1, 2]\n[999]\n")
+    assert "stdin line 2" in fail("infer", tokens_model, "-o", precious, "--force", input="[1, 2]\n[999]\n")
+    assert precious.read_text() == "precious\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["k.txt"]  # no temporary file left
+    invoke("infer", tokens_model, "-o", precious, "--force", input="[1, 2]\n[3]\n")
+    assert len(precious.read_text().splitlines()) == 2
+
+
+def test_npy_output_is_written_exactly_where_asked(tokens_model, tmp_path):
+    out = tmp_path / "v.out"
+    invoke("infer", tokens_model, "--ids", "[[1, 2]]", "-o", out, "--format", "npy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.out"]
+    assert np.load(out).shape[0] == 1
+
+
+def test_infer_output_names_the_file_and_tensor_picks_the_output(tokens_model, tmp_path):
+    out = tmp_path / "h.json"
+    invoke("infer", tokens_model, "--ids", "[[1, 2]]", "--output", out, "--tensor", "last_hidden_state")
+    assert np.asarray(json.loads(out.read_text())).shape[:2] == (1, 2)
+    assert "--tensor" in fail("infer", tokens_model, "--ids", "[[1, 2]]", "--output", "last_hidden_state", code=2)
+
+
+@pytest.mark.parametrize("where", ["missing", "unwritable"])
+def test_unwritable_outputs_are_one_line(tokens_model, tmp_path, where):
+    folder = tmp_path / "no" / "d" if where == "missing" else UNWRITABLE
+    fail("infer", tokens_model, "--ids", "[[1]]", "-o", folder / "x.json")
+    fail("infer", tokens_model, "-o", folder / "x.json", input="[1]\n")
+    fail("optimize", tokens_model, "-o", folder / "x.onnx")
+    if where == "unwritable":  # a missing --out folder is created, with its parents
+        fail("bench", "--quick", "--out", folder / "b")
+
+
+def test_optimize_refuses_its_model_and_keeps_the_usual_mode(tokens_model, tmp_path, umask_027):
+    model = tmp_path / "m.onnx"
+    shutil.copy(tokens_model, model)
+    assert "input" in fail("optimize", model, "-o", model, "--force")
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"old")
+    out.chmod(0o644)
+    invoke("optimize", model, "-o", out, "--force")
+    assert mode(out) == umask_027
+
+
+def test_triton_and_shards_write_with_the_usual_mode(tokens_model, tmp_path, umask_027):
+    entry = Path(invoke("triton-repo", tokens_model, "--repo", tmp_path / "repo", "--name", "m").stdout.split()[1]).parent
+    assert mode(entry / "config.pbtxt") == umask_027
+    assert mode(entry / "1" / "model.onnx") == umask_027
+    from ortformer.scale.shards import write_json
+
+    write_json(tmp_path / "plan.json", {"a": 1})
+    assert mode(tmp_path / "plan.json") == umask_027
+    fsutil.write_atomic(tmp_path / "x.bin", b"x")
+    assert mode(tmp_path / "x.bin") == umask_027
+
+
+def test_errors_name_cli_flags_not_python_parameters(tokens_model, tmp_path):
+    invoke("triton-repo", tokens_model, "--repo", tmp_path / "repo", "--name", "m")
+    message = fail("triton-repo", tokens_model, "--repo", tmp_path / "repo", "--name", "m")
+    assert "--force" in message and "force=True" not in message
+    message = fail("infer", tokens_model, "--ids", "[1]", "--provider", "cuda")
+    assert "--allow-fallback" in message and "allow_fallback=True" not in message and "provider='cpu'" not in message
