@@ -4,7 +4,8 @@ Counts follow the matrix view of the encoder, F = hidden_size, N = sequence leng
 D = head size, L = layers:
 - attention projections W_Q, W_K, W_V, W_O: 4F^2 weights + 4F biases per layer
 - feed-forward: 2 F ffn_size weights + ffn_size + F biases per layer
-- embeddings: vocab x F tokens, max_positions x F learned positions, types x F
+- embeddings: vocab x E tokens, max_positions x E learned positions, types x E
+  (E = embedding_size or F), and an E x F projection when embedding_size is set
 FLOPs count a multiply-add as 2.
 """
 from __future__ import annotations
@@ -12,24 +13,32 @@ from __future__ import annotations
 from .config import EncoderConfig
 
 
-def _norm_params(cfg: EncoderConfig) -> int:
-    return 2 * cfg.hidden_size if cfg.norm == "layernorm" else cfg.hidden_size
+def _norm_params(cfg: EncoderConfig, size: int | None = None) -> int:
+    size = size or cfg.hidden_size
+    return 2 * size if cfg.norm == "layernorm" else size
 
 
 def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
     """Parameters per part; the values sum to ``parameter_count(cfg)``."""
     F, L = cfg.hidden_size, cfg.num_layers
-    positions = cfg.max_positions * F if cfg.positions == "learned" else 0
+    E = cfg.embedding_size or F  # embedding width (ELECTRA projects E -> F)
+    positions = cfg.max_positions * E if cfg.positions == "learned" else 0
+    # post-norm: the embedding norm is E wide; pre-norm: the final norm is F wide, plus an
+    # E-wide embedding norm when embedding_norm, which replaces the first block's pre-norm
+    norms = (2 * L) * _norm_params(cfg) + _norm_params(cfg, E if cfg.norm_position == "post" else F)
+    if cfg.embedding_norm:
+        norms += _norm_params(cfg, E) - _norm_params(cfg)
     return {
-        "token_embeddings": cfg.vocab_size * F,
+        "token_embeddings": cfg.vocab_size * E,
         "position_embeddings": positions,
-        "type_embeddings": cfg.type_vocab_size * F,
+        "type_embeddings": cfg.type_vocab_size * E,
+        "embedding_projection": (E * F + F) if cfg.embedding_size else 0,
         "attention_weights": L * 4 * F * F,
         "attention_biases": L * 4 * F,
         "ffn_weights": L * 2 * F * cfg.ffn_size,
         "ffn_biases": L * (cfg.ffn_size + F),
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
-        "norms": (2 * L + 1) * _norm_params(cfg),
+        "norms": norms,
     }
 
 

@@ -167,3 +167,14 @@ def test_torch_verbs_without_torch_name_the_extra(verb, tmp_path):
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "pip install 'ortformer[export]'" in done.stderr
+
+
+def test_embedding_flags_reach_the_config_and_pass_the_gate(tmp_path):
+    data = json.loads(invoke("export", "--preset", "tiny", "--layers", "1", "--position-offset", "2",
+                             "--position-ids", "kept", "--embedding-size", "16", "--norm-position", "pre",
+                             "--embedding-norm", "-o", tmp_path / "m.onnx", "--json").stdout)
+    config = data["config"]
+    assert (config["position_offset"], config["position_ids"], config["embedding_size"], config["embedding_norm"]) \
+        == (2, "kept", 16, True)
+    assert data["parity"]["passed"] is True
+    assert max(c["sequence"] for c in data["parity"]["cases"]) == 62  # 64 rows less the offset

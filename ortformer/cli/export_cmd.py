@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from .. import contract
-from ..config import ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITIONS, PRESETS, EncoderConfig, preset
+from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITION_IDS,
+                      POSITIONS, PRESETS, EncoderConfig, preset)
 from ..errors import ConfigError
 from .common import echo_json, human_size
 
@@ -19,6 +20,8 @@ FLAG_FIELDS = {
     "positions": "positions", "layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
     "ffn": "ffn_size", "vocab": "vocab_size", "max_positions": "max_positions",
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
+    "position_offset": "position_offset", "position_ids": "position_ids", "embedding_size": "embedding_size",
+    "embedding_norm": "embedding_norm",
 }
 
 
@@ -62,6 +65,14 @@ def architecture_options(func):
         click.option("--type-vocab", type=click.IntRange(min=0), help="Segment (token type) vocabulary; 0 = none."),
         click.option("--pooling", type=click.Choice(POOLINGS)),
         click.option("--normalize/--no-normalize", default=None, help="l2-normalise the sentence embedding."),
+        click.option("--position-offset", type=click.IntRange(min=0),
+                     help="Position table row of the first token (RoBERTa: padding_idx + 1)."),
+        click.option("--position-ids", type=click.Choice(POSITION_IDS),
+                     help="index: the token's index; kept: kept tokens before it (padding skipped, RoBERTa)."),
+        click.option("--embedding-size", type=click.IntRange(min=0),
+                     help="Embedding width, projected to --hidden by a Linear (ELECTRA); 0 = hidden."),
+        click.option("--embedding-norm/--no-embedding-norm", default=None,
+                     help="Pre-norm: normalise the embeddings, no norm before block 0's attention (ModernBERT)."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -107,7 +107,7 @@ def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.M
     names = contract.input_names(cfg)
     args = tuple(torch.from_numpy(example[name]) for name in names)
     batch = torch.export.Dim(contract.BATCH_AXIS, min=1)
-    sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_positions)
+    sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_sequence)
     dynamic = tuple({0: batch, 1: sequence} for _ in names)
     log = io.StringIO()
     onnx_logger = logging.getLogger("torch.onnx")
@@ -174,8 +174,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     precision = quantize or dtype
     model, default_source = _resolve(model_or_config, seed)
     cfg = model.config
-    if cfg.max_positions < 2:
-        raise ExportError("max_positions must be >= 2 to export a dynamic sequence axis")
+    if cfg.max_sequence < 2:
+        raise ExportError("max_positions - position_offset must be >= 2 to export a dynamic sequence axis")
     dest = Path(path)
     if dest.suffix != ".onnx":
         raise ExportError(f"output path {dest} must end in .onnx")
@@ -192,8 +192,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
             raise ExportError(f"tokenizer {tokenizer} is not a file; give a tokenizer.json path")
         meta[contract.META_TOKENIZER] = tokenizer_name
     if text_max_length is not None:
-        if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_positions:
-            raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_positions}]")
+        if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_sequence:
+            raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_sequence}]")
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
 
     step("tracing with torch.onnx.export (dynamo)")
@@ -246,7 +246,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(cfg):
         # recorded beside the gate, not gated: the grid is the gate every model shares
         report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
-                                     text_max_length or cfg.max_positions)
+                                     text_max_length or cfg.max_sequence)
     del session
     if not report["passed"]:
         kept = f"; the failed model was kept at {staged.keep_as(Path(keep_failed))}" if keep_failed else ""

@@ -33,10 +33,12 @@ class LayerNorm32(nn.LayerNorm):
         return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(), self.eps).to(x.dtype)
 
 
-def make_norm(cfg: EncoderConfig) -> nn.Module:
+def make_norm(cfg: EncoderConfig, size: int | None = None) -> nn.Module:
+    """The config's norm over ``size`` features (default hidden_size)."""
+    size = size or cfg.hidden_size
     if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.hidden_size, cfg.norm_eps)
-    return LayerNorm32(cfg.hidden_size, eps=cfg.norm_eps)
+        return RMSNorm(size, cfg.norm_eps)
+    return LayerNorm32(size, eps=cfg.norm_eps)
 
 
 class FeedForward(nn.Module):
@@ -63,21 +65,37 @@ def sinusoid_table(max_positions: int, size: int) -> torch.Tensor:
 
 
 class Positions(nn.Module):
-    """Adds a position vector per token: a learned table, fixed sinusoids, or nothing."""
+    """Adds a position vector per token: a learned table, fixed sinusoids, or nothing.
 
-    def __init__(self, cfg: EncoderConfig):
+    Row of token j in a learned table (offset = position_offset):
+      position_ids="index": offset + j
+      position_ids="kept":  offset + (number of kept tokens before j), i.e.
+                            offset + cumsum(attention_mask)_j - 1 for kept tokens
+    "kept" is RoBERTa's create_position_ids_from_input_ids computed from the attention
+    mask instead of from input_ids != padding_idx: the same rows whenever padding is
+    masked, and left padding then leaves kept tokens' positions unchanged. Padded
+    tokens get a valid row too (their outputs are never read).
+    """
+
+    def __init__(self, cfg: EncoderConfig, size: int):
         super().__init__()
         self.kind = cfg.positions
+        self.offset = cfg.position_offset
+        self.kept = cfg.position_ids == "kept"
         if self.kind == "learned":
-            self.table = nn.Embedding(cfg.max_positions, cfg.hidden_size)
+            self.table = nn.Embedding(cfg.max_positions, size)
         elif self.kind == "sinusoidal":
             # a buffer, not a parameter: fixed, and not part of the checkpoint
-            self.register_buffer("table", sinusoid_table(cfg.max_positions, cfg.hidden_size), persistent=False)
+            self.register_buffer("table", sinusoid_table(cfg.max_positions, size), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         n = x.shape[1]
+        if self.kind == "learned" and self.kept:
+            kept = (attention_mask != 0).to(torch.int64)  # (B, N)
+            rows = (kept.cumsum(dim=1) - 1).clamp(min=0) + self.offset  # (B, N)
+            return x + self.table(rows).to(x.dtype)  # (B, N, F)
         if self.kind == "learned":
-            return x + self.table.weight[:n].to(x.dtype)  # (N, F) broadcast over batch
+            return x + self.table.weight[self.offset:self.offset + n].to(x.dtype)  # (N, F) broadcast over batch
         if self.kind == "sinusoidal":
             return x + self.table[:n].to(x.dtype)
         return x

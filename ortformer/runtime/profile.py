@@ -106,8 +106,8 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = 
         runtime = Runtime(path, provider, threads=threads, session_options=options)
         try:
             if sequence is None:  # 128 tokens, or the model's longest when that is shorter
-                sequence = min(DEFAULT_SEQUENCE, runtime.config.max_positions)
-            _positive("sequence", sequence, runtime.config.max_positions, why=" (the model's max_positions)")
+                sequence = min(DEFAULT_SEQUENCE, runtime.config.max_sequence)
+            _positive("sequence", sequence, runtime.config.max_sequence, why=" (the longest sequence the model takes)")
             feeds = synthetic_feeds(runtime, batch, sequence)
             for _ in range(warmup):
                 runtime.run(**feeds)

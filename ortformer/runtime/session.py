@@ -149,9 +149,9 @@ class Runtime:
 
     @property
     def text_max_length(self) -> int:
-        """Default truncation for text: the metadata's text_max_length, else max_positions."""
+        """Default truncation for text: the metadata's text_max_length, else max_sequence."""
         value = self.metadata.get(contract.META_TEXT_MAX_LENGTH, "")
-        return min(int(value), self.config.max_positions) if value.isdigit() else self.config.max_positions
+        return min(int(value), self.config.max_sequence) if value.isdigit() else self.config.max_sequence
 
     def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
                     max_length: int | None = None, max_tokens: int | None = None):
@@ -168,8 +168,8 @@ class Runtime:
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
         length = self.text_max_length if max_length is None else max_length
-        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= self.config.max_positions:
-            raise InputError(f"max_length={length!r} must be an int in [1, {self.config.max_positions}]")
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= self.config.max_sequence:
+            raise InputError(f"max_length={length!r} must be an int in [1, {self.config.max_sequence}]")
         ids, _, _ = self._text_encoder.encode(texts, length)
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens)
 

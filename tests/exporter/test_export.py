@@ -133,7 +133,7 @@ def test_bad_destinations(tmp_path):
         export(preset("tiny"), tmp_path / "missing" / "m.onnx")
     with pytest.raises(ExportError, match="EncoderConfig or an ortformer Encoder"):
         export(torch.nn.Linear(2, 2), tmp_path / "m.onnx")
-    with pytest.raises(ExportError, match="max_positions must be >= 2"):
+    with pytest.raises(ExportError, match="max_positions - position_offset must be >= 2"):
         export(preset("tiny", max_positions=1), tmp_path / "m.onnx")
 
 
