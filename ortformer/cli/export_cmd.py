@@ -82,7 +82,8 @@ def architecture_options(func):
 @click.command("export")
 @architecture_options
 @click.option("--from", "from_path", type=click.Path(exists=True),
-              help="Export trained weights: an ortformer checkpoint or a local BERT-family folder.")
+              help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
+                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, mpnet, modernbert).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--no-fused-ops", is_flag=True,
@@ -128,13 +129,16 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, summary_line
 
-    source = text_max_length = None
+    source = text_max_length = family = default_prompt = None
+    prompts = {}
     subject = cfg
     if from_path:
         from ..models import load_any
 
         loaded = load_any(from_path)
         subject, source, text_max_length = loaded.model, loaded.source, loaded.text_max_length
+        if loaded.family != "ortformer":
+            family, prompts, default_prompt = loaded.family, loaded.prompts, loaded.default_prompt
         tokenizer = tokenizer or loaded.tokenizer
         cfg = loaded.model.config
 
@@ -147,8 +151,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     result = export(subject, output, opset=opset or DEFAULT_OPSET, dtype=dtype, quantize=quantize, seed=seed,
                     parity=not no_parity,
                     force=force, keep_failed=keep_failed, progress=progress, source=source,
-                    tokenizer=tokenizer, text_max_length=text_max_length,
-                    fused_ops=not no_fused_ops)
+                    tokenizer=tokenizer, text_max_length=text_max_length, family=family, prompts=prompts,
+                    default_prompt=default_prompt, fused_ops=not no_fused_ops)
     triton_entry = None
     if triton_repo:
         from ..scale.triton import write_triton_repo

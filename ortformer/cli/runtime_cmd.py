@@ -136,6 +136,8 @@ def _jsonable(result):
 @click.option("--mask", help="attention_mask as JSON (B, N) of 0/1; needs a rectangular input.")
 @click.option("--text", "texts", multiple=True, help="A text to embed with the model's tokenizer (repeatable).")
 @click.option("--text-file", type=click.Path(exists=True, dir_okay=False), help="Texts to embed, one per line.")
+@click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
+                                    "default: the model's default prompt; '' for none.")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True)
 @click.option("--allow-fallback", is_flag=True, help="Run on CPU (with a warning) when --provider cuda cannot load.")
 @click.option("--device-id", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
@@ -148,8 +150,8 @@ def _jsonable(result):
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout.")
 @click.pass_context
-def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_fallback, device_id, threads,
-          batch_size, max_tokens, output, fmt, out):
+def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, provider, allow_fallback, device_id,
+          threads, batch_size, max_tokens, output, fmt, out):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
     Input comes from --ids, --input, or stdin: one JSON array of ids per line,
@@ -169,6 +171,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     text_input = _read_texts(texts, text_file)
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
         raise click.UsageError("give text (--text/--text-file) or token ids (--ids/--input/--mask), not both")
+    if prompt_name is not None and text_input is None:
+        raise click.UsageError("--prompt-name prepends a prompt to text; give --text or --text-file too")
     if max_tokens is not None and mask is not None:
         raise click.UsageError("--max-tokens regroups ragged input by length; with --mask the rows run as given, "
                                "in --batch-size chunks: drop one of the two")
@@ -184,7 +188,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     if text_input is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens)
+            result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens,
+                                         prompt_name=prompt_name)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
         _write(result, fmt, out)
@@ -241,6 +246,8 @@ def info(ctx, model, as_json, sequence_length):
         "format": runtime.metadata[contract.META_FORMAT],
         "version": file.version,
         "source": runtime.source,
+        "family": runtime.family,
+        "prompts": {"prompts": runtime.prompts, "default": runtime.default_prompt},
         "config": cfg.to_dict(),
         "inputs": [s.to_dict() for s in file.inputs],
         "outputs": [s.to_dict() for s in file.outputs],
@@ -258,6 +265,11 @@ def info(ctx, model, as_json, sequence_length):
         return
     click.echo(f"model       {report['path']} ({human_size(sum(report['files'].values()))} in {len(report['files'])} file(s))")
     click.echo(f"name        {cfg.name}   ortformer {file.version}, format {report['format']}   source {runtime.source}")
+    if runtime.family:
+        click.echo(f"family      {runtime.family} (imported from Hugging Face)")
+    for i, (prompt, text) in enumerate(sorted(runtime.prompts.items())):
+        default = " (default)" if prompt == runtime.default_prompt else ""
+        click.echo(f"{'prompts' if i == 0 else '':<11} {prompt}{default}: {text!r}")
     click.echo("config      " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items() if k not in ("format", "name")))
     for label, specs in (("inputs", file.inputs), ("outputs", file.outputs)):
         for i, s in enumerate(specs):

@@ -149,6 +149,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            source: str | None = None, parity: bool = True, force: bool = False,
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None,
+           family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
@@ -159,6 +160,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
         named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
     text_max_length: default truncation for text (sentence-transformers' max_seq_length).
+    family: the Hugging Face model_type the weights came from, recorded for ``info``.
+    prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
+        tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
     dtype / quantize: "float16" weights and activations, or "int8" dynamic quantization;
         both gated on cosine against the float32 eager model.
     """
@@ -195,6 +199,13 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if not isinstance(text_max_length, int) or not 1 <= text_max_length <= cfg.max_sequence:
             raise ExportError(f"text_max_length={text_max_length!r} must be an int in [1, {cfg.max_sequence}]")
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
+    if family is not None:
+        meta[contract.META_FAMILY] = str(family)
+    if prompts or default_prompt is not None:
+        try:
+            meta[contract.META_PROMPTS] = contract.prompts_json(dict(prompts or {}), default_prompt)
+        except ValueError as exc:
+            raise ExportError(f"prompts: {exc}") from None
 
     step("tracing with torch.onnx.export (dynamo)")
     with _attention_fusion(model, fused_ops):

@@ -144,6 +144,11 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata is not valid JSON: {exc}") from None
     if not isinstance(parity, dict):
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
+    if contract.META_PROMPTS in metadata:
+        try:
+            contract.parse_prompts(metadata[contract.META_PROMPTS])
+        except ValueError as exc:
+            raise ModelFileError(f"{path}: bad '{contract.META_PROMPTS}' metadata: {exc}") from None
     return config, parity
 
 

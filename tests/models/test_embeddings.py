@@ -10,7 +10,19 @@ from ortformer.errors import ConfigError
 from ortformer.exporter import export
 from ortformer.models import build_encoder
 
-from .test_encoder import forward, make_inputs
+
+
+def make_inputs(cfg, b, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if cfg.takes_ids:
+        return torch.randint(0, cfg.vocab_size, (b, n), generator=g)
+    return torch.randn(b, n, cfg.hidden_size, generator=g)
+
+
+def forward(model, x, mask):
+    types = (torch.zeros(mask.shape, dtype=torch.long),) if model.config.type_vocab_size else ()
+    with torch.no_grad():
+        return model(x, mask, *types)
 
 VARIANTS = [
     dict(position_offset=2, position_ids="kept", pooling="mean"),
