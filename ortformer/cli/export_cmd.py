@@ -19,6 +19,7 @@ FLAG_FIELDS = {
     "positions": "positions", "layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
     "ffn": "ffn_size", "vocab": "vocab_size", "max_positions": "max_positions",
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
+    "ffn_gated": "ffn_gated", "bias": "bias",
 }
 
 
@@ -62,6 +63,9 @@ def architecture_options(func):
         click.option("--type-vocab", type=click.IntRange(min=0), help="Segment (token type) vocabulary; 0 = none."),
         click.option("--pooling", type=click.Choice(POOLINGS)),
         click.option("--normalize/--no-normalize", default=None, help="l2-normalise the sentence embedding."),
+        click.option("--ffn-gated/--no-ffn-gated", default=None,
+                     help="Gated feed-forward W2(act(a) * g): GeGLU with --activation gelu, SwiGLU with silu."),
+        click.option("--bias/--no-bias", default=None, help="Biases in every Linear and LayerNorm (ModernBERT has none)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -100,6 +104,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     Examples:
       ortformer export --preset tiny -o tiny.onnx
       ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
+      ortformer export --preset tiny --ffn-gated --activation silu --no-bias -o swiglu.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
