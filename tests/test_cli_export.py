@@ -57,6 +57,13 @@ def test_export_json_report(tmp_path):
     assert data["parity"]["passed"] is True and data["size_bytes"] == os.path.getsize(tmp_path / "m.onnx")
 
 
+def test_variant_flags_reach_the_config(tmp_path):
+    data = json.loads(invoke("export", "--preset", "tiny", "--layers", "1", "--ffn-gated", "--activation", "silu",
+                             "--no-bias", "--no-parity", "-o", tmp_path / "m.onnx", "--json").stdout)
+    config = data["config"]
+    assert (config["ffn_gated"], config["activation"], config["bias"]) == (True, "silu", False)
+
+
 def test_existing_file_needs_force(tmp_path):
     path = tmp_path / "m.onnx"
     path.write_bytes(b"keep me")

@@ -22,6 +22,7 @@ FLAG_FIELDS = {
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
     "position_offset": "position_offset", "position_ids": "position_ids", "embedding_size": "embedding_size",
     "embedding_norm": "embedding_norm",
+    "ffn_gated": "ffn_gated", "bias": "bias",
 }
 
 
@@ -73,6 +74,9 @@ def architecture_options(func):
                      help="Embedding width, projected to --hidden by a Linear (ELECTRA); 0 = hidden."),
         click.option("--embedding-norm/--no-embedding-norm", default=None,
                      help="Pre-norm: normalise the embeddings, no norm before block 0's attention (ModernBERT)."),
+        click.option("--ffn-gated/--no-ffn-gated", default=None,
+                     help="Gated feed-forward W2(act(a) * g): GeGLU with --activation gelu, SwiGLU with silu."),
+        click.option("--bias/--no-bias", default=None, help="Biases in every Linear and LayerNorm (ModernBERT has none)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -112,6 +116,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     Examples:
       ortformer export --preset tiny -o tiny.onnx
       ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
+      ortformer export --preset tiny --ffn-gated --activation silu --no-bias -o swiglu.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx

@@ -20,7 +20,8 @@ class Block(nn.Module):
     def __init__(self, cfg: EncoderConfig, first: bool = False):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
-        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps)
+        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
+                                            bias=cfg.bias)
         # with embedding_norm the first block's input is already normalised (ModernBERT)
         self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)
@@ -58,7 +59,7 @@ class Encoder(nn.Module):
         self.norm = make_norm(cfg, width if cfg.norm_position == "post" else cfg.hidden_size)
         # pre-norm models that also normalise their embeddings (ModernBERT)
         self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
-        self.project = nn.Linear(width, cfg.hidden_size) if cfg.embedding_size else None
+        self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
 
     def forward(self, inputs, attention_mask, token_type_ids=None):

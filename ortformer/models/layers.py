@@ -25,12 +25,16 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm32(nn.LayerNorm):
-    """LayerNorm whose statistics are taken in float32, also in a float16 model."""
+    """LayerNorm whose statistics are taken in float32, also in a float16 model.
+
+    bias=False gives y = (x - mean) / sqrt(var + eps) * weight (ModernBERT's norms).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
             return super().forward(x)
-        return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(), self.eps).to(x.dtype)
+        bias = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), bias, self.eps).to(x.dtype)
 
 
 def make_norm(cfg: EncoderConfig, size: int | None = None) -> nn.Module:
@@ -38,19 +42,38 @@ def make_norm(cfg: EncoderConfig, size: int | None = None) -> nn.Module:
     size = size or cfg.hidden_size
     if cfg.norm == "rmsnorm":
         return RMSNorm(size, cfg.norm_eps)
-    return LayerNorm32(size, eps=cfg.norm_eps)
+    return LayerNorm32(size, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+def make_activation(name: str) -> nn.Module:
+    """The config's activation as a module; every name in config.ACTIVATIONS has one."""
+    return {
+        "relu": nn.ReLU,
+        "gelu": nn.GELU,  # erf form
+        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+        "silu": nn.SiLU,
+    }[name]()
 
 
 class FeedForward(nn.Module):
-    """x -> W_2 act(W_1 x + b_1) + b_2, widening F -> ffn_size -> F."""
+    """Plain:  x -> W_2 act(W_1 x + b_1) + b_2, widening F -> ffn_size -> F.
+
+    Gated (GeGLU with gelu, SwiGLU with silu): the up projection is 2 x ffn_size wide,
+    rows [a; g], and x -> W_2 (act(a) * g) + b_2 with [a; g] = W_1 x + b_1, each (B, N, ffn_size).
+    bias=False drops b_1 and b_2.
+    """
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
-        self.up = nn.Linear(cfg.hidden_size, cfg.ffn_size)
-        self.down = nn.Linear(cfg.ffn_size, cfg.hidden_size)
-        self.act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
+        self.gated = cfg.ffn_gated
+        self.up = nn.Linear(cfg.hidden_size, cfg.ffn_size * (2 if self.gated else 1), bias=cfg.bias)
+        self.down = nn.Linear(cfg.ffn_size, cfg.hidden_size, bias=cfg.bias)
+        self.act = make_activation(cfg.activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            a, g = self.up(x).chunk(2, dim=-1)  # each (B, N, ffn_size)
+            return self.down(self.act(a) * g)
         return self.down(self.act(self.up(x)))
 
 

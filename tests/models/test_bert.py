@@ -243,7 +243,7 @@ def test_sentence_transformers_cls_pooling(tmp_path):
                                                   "ortformer implements 'absolute'"),
     ({"position_embedding_type": "relative_key_query"}, "position_embedding_type='relative_key_query'"),
     ({"is_decoder": True}, "is_decoder=true"),
-    ({"hidden_act": "gelu_new"}, "hidden_act='gelu_new' is not supported; ortformer implements 'gelu', 'relu'"),
+    ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported; ortformer implements 'gelu', 'relu'"),
 ])
 def test_unsupported_bert_configs(tmp_path, change, message):
     folder, _ = _tiny_hf(tmp_path)

@@ -56,7 +56,7 @@ def test_cls_sentence_embedding_equals_sentence_transformers(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"activation": "gelu_new"}, "activation='gelu_new' is not supported; ortformer implements 'gelu', 'relu'"),
+    ({"activation": "quick_gelu"}, "activation='quick_gelu' is not supported; ortformer implements 'gelu', 'relu'"),
     ({"n_heads": 5}, "not divisible by num_heads=5"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):

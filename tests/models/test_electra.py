@@ -58,7 +58,7 @@ def test_lasttoken_sentence_embedding_equals_sentence_transformers(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"position_embedding_type": "relative_key_query"}, "position_embedding_type='relative_key_query' is not supported"),
-    ({"hidden_act": "silu"}, "hidden_act='silu' is not supported"),
+    ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     folder = tmp_path / "m"

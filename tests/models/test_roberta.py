@@ -97,7 +97,7 @@ def test_sentence_embeddings_and_prompts_equal_sentence_transformers(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key' is not supported"),
-    ({"hidden_act": "gelu_new"}, "hidden_act='gelu_new' is not supported; ortformer implements 'gelu', 'relu'"),
+    ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported; ortformer implements 'gelu', 'relu'"),
     ({"is_decoder": True}, "is_decoder=true is not supported"),
     ({"pad_token_id": None}, "pad_token_id=None is not supported"),
     ({"type_vocab_size": 0}, "type_vocab_size=0 is not supported"),

@@ -21,8 +21,10 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
-# HF "gelu" is the exact erf GELU, as nn.GELU()
-ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
+# Hugging Face hidden_act -> ortformer activation. HF "gelu" is the exact erf GELU, as
+# nn.GELU(); gelu_new / gelu_pytorch_tanh are the tanh approximation; swish is silu
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "silu": "silu", "swish": "silu"}
 # weights the Hugging Face folder may carry that an encoder does not use
 DROPPED_PREFIXES = ("pooler.", "cls.")
 DROPPED_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # index buffers, not weights
