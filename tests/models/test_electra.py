@@ -39,9 +39,10 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
 
 
 def test_equal_widths_need_no_projection(tmp_path):
-    folder = save_hf(transformers.ElectraModel, tiny_config(embedding_size=32), tmp_path / "m", safetensors=False)
+    folder = save_hf(transformers.ElectraModel, tiny_config(embedding_size=32, hidden_act="gelu_new"), tmp_path / "m",
+                     safetensors=False)
     loaded = load_any(folder)
-    assert loaded.config.embedding_size == 0 and loaded.model.project is None
+    assert loaded.config.embedding_size == 0 and loaded.model.project is None and loaded.config.activation == "gelu_tanh"
     reference = transformers.ElectraModel.from_pretrained(str(folder), attn_implementation="eager").eval()
     assert_matches_transformers(loaded, reference, None, pad_id=0)
 
