@@ -143,6 +143,11 @@ class EncoderConfig:
         return self.hidden_size // self.num_heads
 
     @property
+    def max_sequence(self) -> int:
+        """Longest sequence the model takes: the position table's rows past position_offset."""
+        return self.max_positions - self.position_offset
+
+    @property
     def takes_ids(self) -> bool:
         return self.vocab_size > 0
 
@@ -201,6 +206,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError(f"position_offset={cfg.position_offset} leaves no row of the {cfg.max_positions}-row position table")
     if cfg.positions == "sinusoidal" and cfg.embedding_size % 2:
         raise ConfigError(f"positions='sinusoidal' needs an even embedding_size, got {cfg.embedding_size}")
+    if cfg.embedding_size and not cfg.takes_ids:
+        raise ConfigError("embedding_size projects token embeddings; float-feature input (vocab_size=0) "
+                          "already arrives hidden_size wide")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
     if cfg.relative_attention_buckets and cfg.relative_attention_buckets < 2:

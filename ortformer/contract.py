@@ -5,6 +5,8 @@ two sides cannot drift apart.
 """
 from __future__ import annotations
 
+import json
+
 from .config import EncoderConfig
 
 FORMAT = "1"  # ortformer.format: bump when the contract below changes meaning
@@ -17,6 +19,11 @@ META_SOURCE = "ortformer.source"
 META_TOKENIZER = "ortformer.tokenizer"  # optional: tokenizer file name beside the model
 # optional: default truncation length for text (e.g. sentence-transformers' max_seq_length)
 META_TEXT_MAX_LENGTH = "ortformer.text_max_length"
+# optional: the Hugging Face model_type the weights were imported from (e.g. "roberta")
+META_FAMILY = "ortformer.family"
+# optional: sentence-transformers prompts, a JSON object {"prompts": {name: text}, "default": name or null};
+# the text is prepended to each input before tokenizing (e5's "query: ", bge's instructions)
+META_PROMPTS = "ortformer.prompts"
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"
@@ -58,3 +65,26 @@ def input_shapes(cfg: EncoderConfig) -> dict[str, list]:
     if not cfg.takes_ids:
         shapes[INPUTS_EMBEDS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]
     return shapes
+
+
+def prompts_json(prompts: dict[str, str], default: str | None) -> str:
+    """The META_PROMPTS value; ValueError when it would not read back."""
+    text = json.dumps({"prompts": prompts, "default": default}, sort_keys=True)
+    parse_prompts(text)
+    return text
+
+
+def parse_prompts(text: str) -> tuple[dict[str, str], str | None]:
+    """(name -> prompt text, default name or None) from a META_PROMPTS value; ValueError naming the problem."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or set(data) != {"prompts", "default"}:
+        raise ValueError('must be a JSON object with exactly the keys "prompts" and "default"')
+    prompts, default = data["prompts"], data["default"]
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise ValueError('"prompts" must map prompt names to prompt texts (strings)')
+    if default is not None and default not in prompts:
+        raise ValueError(f'"default" {default!r} is not one of the prompts {sorted(prompts)}')
+    return prompts, default

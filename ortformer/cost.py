@@ -3,8 +3,11 @@
 Counts follow the matrix view of the encoder, F = hidden_size, N = sequence length,
 D = head size, L = layers:
 - attention projections W_Q, W_K, W_V, W_O: 4F^2 weights + 4F biases per layer
-- feed-forward: 2 F ffn_size weights + ffn_size + F biases per layer
-- embeddings: vocab x F tokens, max_positions x F learned positions, types x F
+- feed-forward: 2 F ffn_size weights + ffn_size + F biases per layer; a gated FFN's
+  up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
+- bias=False: no Linear biases, and LayerNorm keeps only its weight
+- embeddings: vocab x E tokens, max_positions x E learned positions, types x E
+  (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
 FLOPs count a multiply-add as 2.
 """
 from __future__ import annotations
@@ -15,24 +18,33 @@ from .config import EncoderConfig
 from .errors import ConfigError
 
 
-def _norm_params(cfg: EncoderConfig) -> int:
-    return 2 * cfg.hidden_size if cfg.norm == "layernorm" else cfg.hidden_size
+def _norm_params(cfg: EncoderConfig, size: int | None = None) -> int:
+    size = size or cfg.hidden_size
+    return 2 * size if cfg.norm == "layernorm" and cfg.bias else size
 
 
 def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
     """Parameters per part; the values sum to ``parameter_count(cfg)``."""
     F, L = cfg.hidden_size, cfg.num_layers
-    positions = cfg.max_positions * F if cfg.positions == "learned" else 0
+    E = cfg.embedding_size or F  # embedding width (ELECTRA projects E -> F)
+    positions = cfg.max_positions * E if cfg.positions == "learned" else 0
+    up = cfg.ffn_size * (2 if cfg.ffn_gated else 1)  # width of the up projection
+    # post-norm: the embedding norm is E wide; pre-norm: the final norm is F wide, plus an
+    # E-wide embedding norm when embedding_norm, which replaces the first block's pre-norm
+    norms = (2 * L) * _norm_params(cfg) + _norm_params(cfg, E if cfg.norm_position == "post" else F)
+    if cfg.embedding_norm:
+        norms += _norm_params(cfg, E) - _norm_params(cfg)
     return {
-        "token_embeddings": cfg.vocab_size * F,
+        "token_embeddings": cfg.vocab_size * E,
         "position_embeddings": positions,
-        "type_embeddings": cfg.type_vocab_size * F,
+        "type_embeddings": cfg.type_vocab_size * E,
+        "embedding_projection": (E * F + (F if cfg.bias else 0)) if cfg.embedding_size else 0,
         "attention_weights": L * 4 * F * F,
-        "attention_biases": L * 4 * F,
-        "ffn_weights": L * 2 * F * cfg.ffn_size,
-        "ffn_biases": L * (cfg.ffn_size + F),
+        "attention_biases": L * 4 * F if cfg.bias else 0,
+        "ffn_weights": L * (F * up + cfg.ffn_size * F),
+        "ffn_biases": L * (up + F) if cfg.bias else 0,
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
-        "norms": (2 * L + 1) * _norm_params(cfg),
+        "norms": norms,
     }
 
 
@@ -51,7 +63,7 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     return {
         "projections": L * 8 * n * F * F,
         "attention_core": L * core,
-        "ffn": L * 4 * n * F * cfg.ffn_size,
+        "ffn": L * (6 if cfg.ffn_gated else 4) * n * F * cfg.ffn_size,
     }
 
 

@@ -158,18 +158,23 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
     if not isinstance(parity, dict):
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
     _check_text_max_length(path, metadata.get(contract.META_TEXT_MAX_LENGTH), config)
+    if contract.META_PROMPTS in metadata:
+        try:
+            contract.parse_prompts(metadata[contract.META_PROMPTS])
+        except ValueError as exc:
+            raise ModelFileError(f"{path}: bad '{contract.META_PROMPTS}' metadata: {exc}") from None
     return config, parity
 
 
 def _check_text_max_length(path: Path, value: str | None, config: EncoderConfig) -> None:
-    """Optional; when present, ASCII digits for an int in [1, max_positions]. str.isdigit
+    """Optional; when present, ASCII digits for an int in [1, max_sequence]. str.isdigit
     also takes '²' and other scripts' digits, and a bad value must not fall back silently:
     texts would then be cut at another length than at export."""
     if value is None:
         return
-    if not re.fullmatch(r"[0-9]{1,20}", value) or not 1 <= int(value) <= config.max_positions:
+    if not re.fullmatch(r"[0-9]{1,20}", value) or not 1 <= int(value) <= config.max_sequence:
         raise ModelFileError(f"{path}: '{contract.META_TEXT_MAX_LENGTH}' metadata is {value!r}; valid: "
-                             f"an integer in [1, {config.max_positions}] (the model's max_positions)")
+                             f"an integer in [1, {config.max_sequence}] (the longest sequence the model takes)")
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

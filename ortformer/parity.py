@@ -49,17 +49,17 @@ class Case:
 
 def example_shape(cfg: EncoderConfig) -> tuple[int, int]:
     """Shape traced by the exporter: dims >= 2, as torch.export specialises 0 and 1."""
-    return EXAMPLE_BATCH, min(cfg.max_positions, 7)
+    return EXAMPLE_BATCH, min(cfg.max_sequence, 7)
 
 
 def grid(cfg: EncoderConfig) -> list[Case]:
-    """Sequences 1, 2, an odd length, a mid length and max_positions (capped)."""
-    longest = min(cfg.max_positions, LONGEST_GRID_SEQUENCE)
+    """Sequences 1, 2, an odd length, a mid length and the longest the model takes (capped)."""
+    longest = min(cfg.max_sequence, LONGEST_GRID_SEQUENCE)
     odd = min(13, longest) if min(13, longest) % 2 else min(13, longest) - 1
     sequences = sorted({1, 2, max(odd, 1), max(longest // 2, 1), longest} - {0})
     cases = []
     for n in sequences:
-        if n > cfg.max_positions:
+        if n > cfg.max_sequence:
             continue
         cases += [Case(1, n, "none"), Case(2, n, "right"), Case(2, n, "left"),
                   Case(5 if n <= 128 else 2, n, "random+empty")]

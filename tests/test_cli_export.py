@@ -61,6 +61,13 @@ def test_export_json_report(tmp_path):
     assert data["parity"]["passed"] is True and data["size_bytes"] == os.path.getsize(tmp_path / "m.onnx")
 
 
+def test_variant_flags_reach_the_config(tmp_path):
+    data = json.loads(invoke("export", "--preset", "tiny", "--layers", "1", "--ffn-gated", "--activation", "silu",
+                             "--no-bias", "--no-parity", "-o", tmp_path / "m.onnx", "--json").stdout)
+    config = data["config"]
+    assert (config["ffn_gated"], config["activation"], config["bias"]) == (True, "silu", False)
+
+
 def test_existing_file_needs_force(tmp_path):
     path = tmp_path / "m.onnx"
     path.write_bytes(b"keep me")
@@ -175,3 +182,14 @@ def test_torch_verbs_without_torch_name_the_extra(verb, tmp_path):
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "pip install 'ortformer[export]'" in done.stderr
+
+
+def test_embedding_flags_reach_the_config_and_pass_the_gate(tmp_path):
+    data = json.loads(invoke("export", "--preset", "tiny", "--layers", "1", "--position-offset", "2",
+                             "--position-ids", "kept", "--embedding-size", "16", "--norm-position", "pre",
+                             "--embedding-norm", "-o", tmp_path / "m.onnx", "--json").stdout)
+    config = data["config"]
+    assert (config["position_offset"], config["position_ids"], config["embedding_size"], config["embedding_norm"]) \
+        == (2, "kept", 16, True)
+    assert data["parity"]["passed"] is True
+    assert max(c["sequence"] for c in data["parity"]["cases"]) == 62  # 64 rows less the offset

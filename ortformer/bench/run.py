@@ -71,6 +71,11 @@ def format_table(result: dict) -> str:
         lines.append(f"\n[{name}] {scenario.get('model', '')} ({scenario['seconds']} s)")
         for row in scenario["rows"]:
             lines.append("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        family = scenario.get("family")
+        if family:  # a non-BERT family beside the scenario's model, with where its weights came from
+            lines.append(f"  {family['family']}: {family['weights']}; min cosine {family['min_cosine_vs_reference']:.6f}")
+            for row in family["rows"]:
+                lines.append("    " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from .. import contract
-from ..config import ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITIONS, PRESETS, EncoderConfig, preset
+from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITION_IDS,
+                      POSITIONS, PRESETS, EncoderConfig, preset)
 from ..errors import ConfigError
 from ..parity import GATES, format_report
 from .common import CliError, check_output, echo_json, human_size
@@ -21,6 +22,9 @@ FLAG_FIELDS = {
     "positions": "positions", "layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
     "ffn": "ffn_size", "vocab": "vocab_size", "max_positions": "max_positions",
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
+    "position_offset": "position_offset", "position_ids": "position_ids", "embedding_size": "embedding_size",
+    "embedding_norm": "embedding_norm",
+    "ffn_gated": "ffn_gated", "bias": "bias",
 }
 
 
@@ -98,6 +102,17 @@ def architecture_options(func):
         click.option("--type-vocab", type=click.IntRange(min=0), help="Segment (token type) vocabulary; 0 = none."),
         click.option("--pooling", type=click.Choice(POOLINGS)),
         click.option("--normalize/--no-normalize", default=None, help="l2-normalise the sentence embedding."),
+        click.option("--position-offset", type=click.IntRange(min=0),
+                     help="Position table row of the first token (RoBERTa: padding_idx + 1)."),
+        click.option("--position-ids", type=click.Choice(POSITION_IDS),
+                     help="index: the token's index; kept: kept tokens before it (padding skipped, RoBERTa)."),
+        click.option("--embedding-size", type=click.IntRange(min=0),
+                     help="Embedding width, projected to --hidden by a Linear (ELECTRA); 0 = hidden."),
+        click.option("--embedding-norm/--no-embedding-norm", default=None,
+                     help="Pre-norm: normalise the embeddings, no norm before block 0's attention (ModernBERT)."),
+        click.option("--ffn-gated/--no-ffn-gated", default=None,
+                     help="Gated feed-forward W2(act(a) * g): GeGLU with --activation gelu, SwiGLU with silu."),
+        click.option("--bias/--no-bias", default=None, help="Biases in every Linear and LayerNorm (ModernBERT has none)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -107,7 +122,8 @@ def architecture_options(func):
 @click.command("export")
 @architecture_options
 @click.option("--from", "from_path", type=click.Path(exists=True),
-              help="Export trained weights: an ortformer checkpoint or a local BERT-family folder.")
+              help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
+                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--no-fused-ops", is_flag=True,
@@ -139,6 +155,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
       ortformer export --preset tiny -o tiny.onnx
       ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
       ortformer export --preset tiny --print-config > my_config.json
+      ortformer export --preset tiny --ffn-gated --activation silu --no-bias -o swiglu.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
@@ -174,13 +191,16 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, export_steps
 
-    source = text_max_length = None
+    source = text_max_length = family = default_prompt = None
+    prompts = {}
     subject = cfg
     if from_path:
         from ..models import load_any
 
         loaded = load_any(from_path)
         subject, source, text_max_length = loaded.model, loaded.source, loaded.text_max_length
+        if loaded.family != "ortformer":
+            family, prompts, default_prompt = loaded.family, loaded.prompts, loaded.default_prompt
         tokenizer = tokenizer or loaded.tokenizer
         cfg = loaded.model.config
 
@@ -194,8 +214,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     result = export(subject, output, opset=opset or DEFAULT_OPSET, dtype=dtype, quantize=quantize, seed=seed,
                     parity=not no_parity,
                     force=force, keep_failed=keep_failed, progress=progress, source=source,
-                    tokenizer=tokenizer, text_max_length=text_max_length,
-                    fused_ops=not no_fused_ops)
+                    tokenizer=tokenizer, text_max_length=text_max_length, family=family, prompts=prompts,
+                    default_prompt=default_prompt, fused_ops=not no_fused_ops)
     triton_entry = None
     if triton_repo:
         from ..scale.triton import write_triton_repo

@@ -141,6 +141,8 @@ def _jsonable(result):
 @click.option("--mask", help="attention_mask as JSON (B, N) of 0/1; needs a rectangular input.")
 @click.option("--text", "texts", multiple=True, help="A text to embed with the model's tokenizer (repeatable).")
 @click.option("--text-file", type=click.Path(exists=True, dir_okay=False), help="Texts to embed, one per line.")
+@click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
+                                    "default: the model's default prompt; '' for none.")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True)
 @click.option("--allow-fallback", is_flag=True, help="Run on CPU (with a warning) when --provider cuda cannot load.")
 @click.option("--device-id", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
@@ -156,8 +158,8 @@ def _jsonable(result):
               help="Write the result to this file instead of stdout (atomically, once the run succeeded).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.pass_context
-def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_fallback, device_id, threads,
-          batch_size, max_tokens, tensor, fmt, out, force):
+def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, provider, allow_fallback, device_id,
+          threads, batch_size, max_tokens, tensor, fmt, out, force):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
     Input comes from --ids, --input, or stdin: one JSON array of ids per line,
@@ -181,6 +183,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     text_input = _read_texts(texts, text_file)
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
         raise click.UsageError("give text (--text/--text-file) or token ids (--ids/--input/--mask), not both")
+    if prompt_name is not None and text_input is None:
+        raise click.UsageError("--prompt-name prepends a prompt to text; give --text or --text-file too")
     if max_tokens is not None and mask is not None:
         raise click.UsageError("--max-tokens regroups ragged input by length; with --mask the rows run as given, "
                                "in --batch-size chunks: drop one of the two")
@@ -199,7 +203,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
     if text_input is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens)
+            result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens,
+                                         prompt_name=prompt_name)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
         _write(result, fmt, out, runtime.config.hidden_size)
@@ -261,6 +266,12 @@ def info(ctx, model, as_json, sequence_length):
     for label in ("inputs", "outputs"):
         for i, s in enumerate(report[label]):
             click.echo(f"{label if i == 0 else '':<11} {s['name']} {s['dtype']} [{', '.join(map(str, s['shape']))}]")
+    if report.get("family"):
+        click.echo(f"family      {report['family']} (imported from Hugging Face)")
+    prompts = report.get("prompts") or {}
+    for i, (prompt, text) in enumerate(sorted((prompts.get("prompts") or {}).items())):
+        default = " (default)" if prompt == prompts.get("default") else ""
+        click.echo(f"{'prompts' if i == 0 else '':<11} {prompt}{default}: {text!r}")
     parts = {k: v for k, v in report["parameters"].items() if k != "total"}
     click.echo(f"parameters  {report['parameters']['total']:,}")
     for part, count in parts.items():

@@ -112,7 +112,7 @@ def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.M
     names = contract.input_names(cfg)
     args = tuple(torch.from_numpy(example[name]) for name in names)
     batch = torch.export.Dim(contract.BATCH_AXIS, min=1)
-    sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_positions)
+    sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_sequence)
     dynamic = tuple({0: batch, 1: sequence} for _ in names)
     log = io.StringIO()
     onnx_logger = logging.getLogger("torch.onnx")
@@ -161,6 +161,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            source: str | None = None, parity: bool = True, force: bool = False,
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None,
+           family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
@@ -171,6 +172,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
         named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
     text_max_length: default truncation for text (sentence-transformers' max_seq_length).
+    family: the Hugging Face model_type the weights came from, recorded for ``info``.
+    prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
+        tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
     dtype / quantize: "float16" weights and activations, or "int8" dynamic quantization;
         both gated on cosine against the float32 eager model.
     """
@@ -194,8 +198,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
                         "choose a smaller vocab_size, max_positions or hidden size")
     model, default_source = _resolve(model_or_config, seed)
     cfg = model.config
-    if cfg.max_positions < 2:
-        raise ExportError("max_positions must be >= 2 to export a dynamic sequence axis")
+    if cfg.max_sequence < 2:
+        raise ExportError("max_positions - position_offset must be >= 2 to export a dynamic sequence axis")
     dest = Path(path)
     if dest.suffix != ".onnx":
         raise ExportError(f"output path {dest} must end in .onnx")
@@ -218,8 +222,15 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         check_destination(dest.absolute().parent / tokenizer_name, force)
         meta[contract.META_TOKENIZER] = tokenizer_name
     if text_max_length is not None:
-        check_int("text_max_length", text_max_length, high=cfg.max_positions, error=ExportError)
+        check_int("text_max_length", text_max_length, high=cfg.max_sequence, error=ExportError)
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
+    if family is not None:
+        meta[contract.META_FAMILY] = str(family)
+    if prompts or default_prompt is not None:
+        try:
+            meta[contract.META_PROMPTS] = contract.prompts_json(dict(prompts or {}), default_prompt)
+        except ValueError as exc:
+            raise ExportError(f"prompts: {exc}") from None
 
     step()  # tracing
     with _attention_fusion(model, fused_ops):
@@ -271,7 +282,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(cfg):
         # recorded beside the gate, not gated: the grid is the gate every model shares
         report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
-                                     text_max_length or cfg.max_positions)
+                                     text_max_length or cfg.max_sequence)
     del session
     if not report["passed"]:
         kept = f"; the failed model was kept at {staged.keep_as(Path(keep_failed))}" if keep_failed else ""

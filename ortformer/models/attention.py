@@ -124,7 +124,7 @@ def get_kernel(name: str) -> Kernel:
 class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
-    def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float):
+    def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True):
         super().__init__()
         self.num_heads = num_heads
         self.eps = eps
@@ -132,8 +132,8 @@ class MultiHeadAttention(nn.Module):
         # softmax runs as one opaque op that exports to a fused ONNX Runtime kernel;
         # the exporter turns this off for graphs that must use standard ONNX ops only
         self.fused = kernel == "softmax"
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
-        self.out = nn.Linear(hidden_size, hidden_size)
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         b, n, f = x.shape

@@ -17,11 +17,13 @@ class Block(nn.Module):
     pre-norm:          x = x + attn(norm1(x));  x = x + ffn(norm2(x))
     """
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, cfg: EncoderConfig, first: bool = False):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
-        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps)
-        self.norm1 = make_norm(cfg)
+        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
+                                            bias=cfg.bias)
+        # with embedding_norm the first block's input is already normalised (ModernBERT)
+        self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)
 
@@ -39,27 +41,40 @@ class Encoder(nn.Module):
     inputs: input_ids int64 (B, N) when vocab_size > 0, else inputs_embeds float (B, N, F).
     attention_mask: int (B, N), 1 = keep, 0 = padding.
     Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, F).
+
+    Embeddings, E = embedding_size or F:
+      e = tokens + types + positions                       (B, N, E)
+      e = norm(e) when post-norm; embed_norm(e) when embedding_norm (pre-norm)
+      x = project(e) when embedding_size is set (E -> F, ELECTRA), else e
     """
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         self.config = cfg
-        self.tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.takes_ids else None
-        self.types = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size) if cfg.type_vocab_size else None
-        self.positions = Positions(cfg)
+        width = cfg.embedding_size or cfg.hidden_size
+        self.tokens = nn.Embedding(cfg.vocab_size, width) if cfg.takes_ids else None
+        self.types = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
+        self.positions = Positions(cfg, width)
         # post-norm normalises the embeddings (as BERT); pre-norm normalises the final output
-        self.norm = make_norm(cfg)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.norm = make_norm(cfg, width if cfg.norm_position == "post" else cfg.hidden_size)
+        # pre-norm models that also normalise their embeddings (ModernBERT)
+        self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
+        self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
+        self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
-        x = self.tokens(inputs) if self.tokens is not None else inputs  # (B, N, F)
+        x = self.tokens(inputs) if self.tokens is not None else inputs  # (B, N, E)
         if self.types is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(inputs)
             x = x + self.types(types)
-        x = self.positions(x)
+        x = self.positions(x, attention_mask)
         if cfg.norm_position == "post":
             x = self.norm(x)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        if self.project is not None:
+            x = self.project(x)  # (B, N, F)
         key_mask = attention_mask != 0  # (B, N) bool
         for block in self.blocks:
             x = block(x, key_mask)
@@ -72,9 +87,22 @@ class Encoder(nn.Module):
 
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str, normalize: bool) -> torch.Tensor:
-    """mean: sum_i m_i x_i / max(sum_i m_i, 1) over kept tokens; cls: x_0. Shape (B, F)."""
+    """Sentence embedding (B, F) from x (B, N, F) and key_mask (B, N), m = key_mask:
+    mean: sum_i m_i x_i / max(sum_i m_i, 1); cls: x_0; last: x_j for the last j with m_j = 1
+    (any padding side); max: max_i over kept tokens per feature. Rows with nothing kept give
+    zeros for mean, last and max."""
     if kind == "cls":
         pooled = x[:, 0]
+    elif kind == "last":
+        n = x.shape[1]
+        # the largest kept index: argmax of m_j * (j + 1); 0 for a row with nothing kept
+        order = torch.arange(1, n + 1, device=x.device)[None, :] * key_mask.to(torch.int64)  # (B, N)
+        index = order.argmax(dim=1)  # (B,)
+        pooled = torch.gather(x, 1, index[:, None, None].expand(-1, 1, x.shape[2])).squeeze(1)
+        pooled = pooled * key_mask.any(dim=1).to(x.dtype)[:, None]
+    elif kind == "max":
+        masked = x.masked_fill(~key_mask[:, :, None], torch.finfo(x.dtype).min)
+        pooled = masked.max(dim=1).values * key_mask.any(dim=1).to(x.dtype)[:, None]
     else:
         weights = key_mask.unsqueeze(-1).to(torch.float32)  # (B, N, 1)
         total = (x.float() * weights).sum(dim=1)

@@ -1,7 +1,7 @@
 """What every loader returns: the model and where it came from."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import EncoderConfig
@@ -19,6 +19,9 @@ class Loaded:
     weights: Path | None = None  # the weight file read
     dropped: tuple[str, ...] = ()  # imported tensors deliberately not used (poolers, task heads)
     family: str = "ortformer"  # where the model came from: "ortformer" or a Hugging Face model_type
+    # sentence-transformers prompts: name -> text prepended to each input before tokenizing
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt: str | None = None  # the prompt used when the caller names none
 
     @property
     def config(self) -> EncoderConfig:

@@ -1,22 +1,45 @@
 """``load_any``: one entry point for every source a model can come from."""
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
-from .hf import bert
-from .hf.folder import is_hf_folder
+from .hf.folder import is_hf_folder, read_json, transformer_dir
 from .loaded import Loaded
 from .weights import checkpoint_digest, find_weights
+
+# Hugging Face model_type -> module in models/hf/ whose ``load`` imports it
+FAMILIES = {
+    "bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
+    "distilbert": "distilbert", "electra": "electra",
+}
+
+
+def unsupported_model_type(model_type) -> CheckpointError:
+    return CheckpointError(f"model_type {model_type!r} is not supported; ortformer imports "
+                           f"{', '.join(sorted(FAMILIES))}")
+
+
+def load_hf(folder, **options) -> Loaded:
+    """Import a Hugging Face / sentence-transformers folder of any supported family.
+
+    options (pooling, normalize, name) go to the family's loader."""
+    model_type = read_json(transformer_dir(Path(folder)) / "config.json").get("model_type")
+    if model_type not in FAMILIES:
+        raise unsupported_model_type(model_type)
+    module = importlib.import_module(f".hf.{FAMILIES[model_type]}", __package__)
+    return module.load(folder, **options)
 
 
 def load_any(path) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder.
 
-    A folder dispatches on its config.json: ``model_type`` means Hugging Face;
-    otherwise an ortformer config. ``source`` is ``"sha256:<hex>"`` of the weight file.
+    A folder dispatches on its config.json: ``model_type`` means Hugging Face (one
+    module per family in models/hf/); otherwise an ortformer config.
+    ``source`` is ``"sha256:<hex>"`` of the weight file.
     """
     path = Path(path)
     if not path.exists():
@@ -25,7 +48,7 @@ def load_any(path) -> Loaded:
         path = path.parent
     if path.is_dir():
         if is_hf_folder(path):
-            return bert.load_bert(path)
+            return load_hf(path)
         weights = find_weights(path)
     else:
         weights = path

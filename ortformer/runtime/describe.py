@@ -36,6 +36,8 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "format": runtime.metadata[contract.META_FORMAT],
         "version": file.version,
         "source": runtime.source,
+        "family": runtime.family,  # the Hugging Face model_type imported, or None
+        "prompts": {"prompts": runtime.prompts, "default": runtime.default_prompt},
         "config": cfg.to_dict(),
         "inputs": [s.to_dict() for s in file.inputs],
         "outputs": [s.to_dict() for s in file.outputs],

@@ -150,17 +150,37 @@ class Runtime:
 
     @property
     def text_max_length(self) -> int:
-        """Default truncation for text: the metadata's text_max_length, else max_positions."""
+        """Default truncation for text: the metadata's text_max_length, else max_sequence."""
         value = self.metadata.get(contract.META_TEXT_MAX_LENGTH)  # validated by read_model_file
-        return int(value) if value is not None else self.config.max_positions
+        return int(value) if value is not None else self.config.max_sequence
+
+    @property
+    def family(self) -> str | None:
+        """The Hugging Face model_type the weights were imported from, if recorded."""
+        return self.metadata.get(contract.META_FAMILY)
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        """sentence-transformers prompts recorded at export: name -> text prepended to each input."""
+        return contract.parse_prompts(self.metadata[contract.META_PROMPTS])[0] if contract.META_PROMPTS in self.metadata else {}
+
+    @property
+    def default_prompt(self) -> str | None:
+        """The prompt name embed_texts uses when none is given (None: no prompt)."""
+        return contract.parse_prompts(self.metadata[contract.META_PROMPTS])[1] if contract.META_PROMPTS in self.metadata else None
 
     def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
-                    max_length: int | None = None, max_tokens: int | None = None):
+                    max_length: int | None = None, max_tokens: int | None = None, prompt_name: str | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
         Returns what ``embed`` returns: (n, F) sentence embeddings when the model pools.
-        max_length defaults to ``text_max_length``.
+        max_length defaults to ``text_max_length``. prompt_name: one of ``prompts``, whose
+        text is prepended to every input as sentence-transformers does; None uses
+        ``default_prompt`` (if any), "" uses no prompt.
         """
+        prefix = self._prompt_text(prompt_name)
+        if prefix:
+            texts = [prefix + text if isinstance(text, str) else text for text in texts]
         if self._text_encoder is None:
             if self.tokenizer_path() is None:
                 raise InputError(f"{self.path} names no tokenizer ('{contract.META_TOKENIZER}' metadata); "
@@ -169,9 +189,19 @@ class Runtime:
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
         length = self.text_max_length if max_length is None else max_length
-        check_int("max_length", length, high=self.config.max_positions)
+        check_int("max_length", length, high=self.config.max_sequence)
         ids, _, _ = self._text_encoder.encode(texts, length)
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens)
+
+    def _prompt_text(self, name: str | None) -> str:
+        name = self.default_prompt if name is None else name
+        if name == "" or name is None:
+            return ""
+        prompts = self.prompts
+        if name not in prompts:
+            valid = ", ".join(repr(p) for p in sorted(prompts)) or "none (the model records no prompts)"
+            raise InputError(f"prompt_name={name!r} is not a prompt of {self.path}; valid: {valid}, or '' for no prompt")
+        return prompts[name]
 
     def run(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, **unknown) -> dict[str, np.ndarray]:
         """One forward pass over a rectangular batch.

@@ -97,8 +97,9 @@ def check_inputs(spec: InputSpec, given: Mapping[str, Any]) -> dict[str, np.ndar
         layout = "[batch, sequence]" if cfg.takes_ids else f"[batch, sequence, {cfg.hidden_size}]"
         raise InputError(f"{spec.main} must be {rank}-D {layout}, got shape {main.shape} (wrap a single sequence in a list)")
     batch, length = main.shape[:2]
-    if length > cfg.max_positions:
-        raise InputError(f"{spec.main} has sequence length {length}; valid lengths are 1..{cfg.max_positions} (max_positions)")
+    if length > cfg.max_sequence:
+        raise InputError(f"{spec.main} has sequence length {length}; valid lengths are 1..{cfg.max_sequence} "
+                         f"(max_positions={cfg.max_positions} less position_offset={cfg.position_offset})")
 
     feeds = {}
     if cfg.takes_ids:

@@ -23,6 +23,11 @@ COVERING = [
     dict(attention="cosine", norm="rmsnorm", norm_position="post", positions="learned", pooling="none"),
     dict(attention="linear", vocab_size=0, type_vocab_size=0, positions="learned", normalize_embeddings=True),
     dict(attention="softmax", vocab_size=0, type_vocab_size=0, norm="rmsnorm", positions="sinusoidal", pooling="none"),
+    # SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models, for every attention kind
+    dict(attention="softmax", ffn_gated=True, activation="silu", bias=False),
+    dict(attention="linear", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
+    dict(attention="efficient", ffn_gated=True, activation="gelu_tanh"),
+    dict(attention="cosine", activation="silu", bias=False, norm="rmsnorm"),
 ]
 
 
@@ -136,7 +141,7 @@ def test_bad_destinations(tmp_path):
         export(preset("tiny"), tmp_path / "missing" / "m.onnx")
     with pytest.raises(ExportError, match="EncoderConfig or an ortformer Encoder"):
         export(torch.nn.Linear(2, 2), tmp_path / "m.onnx")
-    with pytest.raises(ExportError, match="max_positions must be >= 2"):
+    with pytest.raises(ExportError, match="max_positions - position_offset must be >= 2"):
         export(preset("tiny", max_positions=1), tmp_path / "m.onnx")
 
 
@@ -178,6 +183,14 @@ def test_quantize_needs_a_float32_export(tmp_path):
         export(preset("tiny"), tmp_path / "m.onnx", dtype="float16", quantize="int8")
     with pytest.raises(ExportError, match="quantize='int4'"):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
+
+
+@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False),
+                                       dict(activation="silu", ffn_gated=True)])
+def test_new_feed_forwards_export_with_standard_ops_too(overrides, tmp_path):
+    path = tmp_path / "plain.onnx"
+    export(preset("tiny", **overrides), path, fused_ops=False)  # passes the gate
+    assert all(n.domain in ("", "ai.onnx") for n in onnx.load(str(path)).graph.node)
 
 
 @pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session

@@ -238,10 +238,12 @@ def test_sentence_transformers_cls_pooling(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"model_type": "roberta"}, "model_type 'roberta' is not supported"),
-    ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
+    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported; ortformer imports bert, camembert, distilbert"),
+    ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key' is not supported; "
+                                                  "ortformer implements 'absolute'"),
+    ({"position_embedding_type": "relative_key_query"}, "position_embedding_type='relative_key_query'"),
     ({"is_decoder": True}, "is_decoder=true"),
-    ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported; valid: gelu, relu"),
+    ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported; ortformer implements 'gelu', 'relu'"),
 ])
 def test_unsupported_bert_configs(tmp_path, change, message):
     folder, _ = _tiny_hf(tmp_path)
@@ -267,7 +269,11 @@ def test_missing_and_misshaped_bert_weights_are_listed(tmp_path):
 
 @pytest.mark.parametrize("modules,pooling,message", [
     (["Transformer", "Pooling", "Dense"], {"pooling_mode_mean_tokens": True}, "does not implement: Dense"),
-    (["Transformer", "Pooling"], {"pooling_mode_max_tokens": True}, r"pooling \['max_tokens'\] is not supported"),
+    (["Transformer", "Pooling"], {"pooling_mode_weightedmean_tokens": True},
+     r"pooling \['weightedmean'\] is not supported; valid: exactly one of mean, cls, lasttoken, max"),
+    (["Transformer", "Pooling"], {"pooling_mode": ["mean", "max"]}, r"pooling \['mean', 'max'\] is not supported"),
+    (["Transformer", "Pooling"], {"pooling_mode": "mean_sqrt_len_tokens"}, "mean_sqrt_len_tokens"),
+    (["Transformer", "Pooling"], {"pooling_mode": "mean", "include_prompt": False}, "include_prompt=False"),
 ])
 def test_unsupported_sentence_transformers_modules(tmp_path, modules, pooling, message):
     folder, _ = _tiny_hf(tmp_path)

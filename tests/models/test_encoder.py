@@ -1,23 +1,25 @@
 """Encoder-level properties that every variant must have."""
 import pytest
 import torch
+import torch.nn.functional as F
 
-from ortformer.config import ATTENTION_KINDS, preset
+from ortformer.config import ACTIVATIONS, ATTENTION_KINDS, preset
 from ortformer.cost import parameter_breakdown, parameter_count
 from ortformer.models import build_encoder
 
 
 def variants():
     """A covering set: every attention kind meets every norm, norm position,
-    activation, position kind and input kind at least once."""
+    activation, feed-forward kind, bias setting, position kind and input kind at least once."""
     combos = []
     for i in range(24):
         vocab = [100, 0][(i // 3) % 2]
         combos.append(dict(
             attention=ATTENTION_KINDS[i % 4], norm_position=["post", "pre"][(i // 4) % 2],
-            norm=["layernorm", "rmsnorm"][(i // 8 + i) % 2], activation=["gelu", "relu"][(i // 2) % 2],
+            norm=["layernorm", "rmsnorm"][(i // 8 + i) % 2], activation=ACTIVATIONS[(i // 2) % 4],
             positions=["learned", "sinusoidal", "none"][i % 3], vocab_size=vocab,
             type_vocab_size=2 if vocab else 0, pooling=["mean", "cls", "none"][(i // 4) % 3],
+            ffn_gated=bool((i // 5) % 2), bias=not (i // 6) % 2,
         ))
     return combos
 
@@ -44,8 +46,11 @@ def test_covering_set_covers_every_option():
     seen = {key: {c[key] for c in VARIANTS} for key in VARIANTS[0]}
     assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none"}
     assert seen["norm_position"] == {"post", "pre"} and seen["vocab_size"] == {100, 0}
+    assert seen["activation"] == set(ACTIVATIONS)
     for attention in ATTENTION_KINDS:
-        assert {c["norm_position"] for c in VARIANTS if c["attention"] == attention} == {"post", "pre"}
+        mine = [c for c in VARIANTS if c["attention"] == attention]
+        assert {c["norm_position"] for c in mine} == {"post", "pre"}
+        assert {c["ffn_gated"] for c in mine} == {False, True} and {c["bias"] for c in mine} == {False, True}
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
@@ -139,7 +144,7 @@ def test_seed_makes_weights_reproducible():
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
 
 
-@pytest.mark.parametrize("overrides", VARIANTS[:8], ids=IDS[:8])
+@pytest.mark.parametrize("overrides", VARIANTS[:12], ids=IDS[:12])
 def test_parameter_count_matches_the_module(overrides):
     cfg = preset("tiny", **overrides)
     assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
@@ -164,3 +169,30 @@ def test_bert_preset_sizes_by_hand():
     assert 333e6 < parameter_count(preset("bert-large")) < 336e6
     parts = parameter_breakdown(preset("bert-base"))
     assert parts["attention_weights"] == L * 4 * F * F and parts["ffn_weights"] == L * 2 * F * I
+
+
+@pytest.mark.parametrize("activation, expected", [
+    ("gelu", lambda a: F.gelu(a)), ("gelu_tanh", lambda a: F.gelu(a, approximate="tanh")),
+    ("silu", lambda a: a * torch.sigmoid(a)), ("relu", lambda a: a.clamp(min=0)),
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gated_feed_forward_is_down_of_act_a_times_g(activation, expected, bias):
+    cfg = preset("tiny", ffn_gated=True, activation=activation, bias=bias)
+    ffn = build_encoder(cfg).blocks[0].ffn
+    assert ffn.up.weight.shape == (2 * cfg.ffn_size, cfg.hidden_size) and (ffn.up.bias is not None) == bias
+    x = torch.randn(2, 3, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    w1, w2 = ffn.up.weight.detach(), ffn.down.weight.detach()
+    a, g = x @ w1[:cfg.ffn_size].T, x @ w1[cfg.ffn_size:].T  # rows [a; g]
+    if bias:
+        a, g = a + ffn.up.bias[:cfg.ffn_size].detach(), g + ffn.up.bias[cfg.ffn_size:].detach()
+    want = (expected(a) * g) @ w2.T + (ffn.down.bias.detach() if bias else 0)
+    with torch.no_grad():
+        torch.testing.assert_close(ffn(x), want, rtol=0, atol=1e-5)
+
+
+def test_no_bias_leaves_no_bias_anywhere():
+    model = build_encoder(preset("tiny", bias=False))
+    names = [name for name, _ in model.named_parameters()]
+    assert not [n for n in names if n.endswith(".bias")], names
+    x = torch.randn(1, 4, 32)
+    torch.testing.assert_close(model.norm(x), torch.nn.functional.layer_norm(x, (32,), model.norm.weight, None, 1e-5))

@@ -1,4 +1,5 @@
-"""Import a BERT-family model from a local Hugging Face / sentence-transformers folder.
+"""Import a BERT model from a local Hugging Face / sentence-transformers folder, and the
+BERT weight layout that RoBERTa and ELECTRA share.
 
 A folder holds ``config.json`` (``model_type: bert``) and ``model.safetensors`` or
 ``pytorch_model.bin`` (read with weights_only=True). The Hugging Face BERT layer
@@ -9,73 +10,72 @@ with embeddings ``LN(word + token_type + position)`` is exactly ortformer's
 post-norm softmax Encoder, so the import is a renaming plus one fusion: the
 query, key and value Linears become one ``qkv`` Linear whose output rows are
 ``[Q; K; V]`` (MultiHeadAttention views them as (B, N, 3, H, D)).
-
 """
 from __future__ import annotations
-
-import logging
-from pathlib import Path
 
 import torch
 
 from ...config import EncoderConfig
-from ...errors import CheckpointError, ConfigError
+from ...errors import CheckpointError
 from ..loaded import Loaded
-from ..weights import Tensors, check_tensors, checkpoint_digest, encoder_from_tensors, find_weights, read_weights
-from .folder import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, read_json, read_pooling, transformer_dir
+from ..weights import Tensors, check_tensors
+from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
-log = logging.getLogger(__name__)
-
-ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}  # HF "gelu" is the exact erf GELU, as nn.GELU()
+# Hugging Face hidden_act -> ortformer activation. HF "gelu" is the exact erf GELU, as
+# nn.GELU(); gelu_new / gelu_pytorch_tanh are the tanh approximation; swish is silu
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "silu": "silu", "swish": "silu"}
 # weights the Hugging Face folder may carry that an encoder does not use
 DROPPED_PREFIXES = ("pooler.", "cls.")
 DROPPED_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # index buffers, not weights
+REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
+            "intermediate_size", "max_position_embeddings")
 
 
-def bert_config(hf: dict, *, pooling: str = "none", normalize: bool = False, name: str = "bert") -> EncoderConfig:
+def check_bert_layout(hf: dict, what: str) -> None:
+    """The config values every BERT-layout family refuses unless they are BERT's."""
+    refuse(hf, "position_embedding_type", ("absolute",), "absolute", what)
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            raise CheckpointError(f"{what}config.json {flag}=true is not supported; ortformer imports bidirectional encoders only")
+    refuse(hf, "hidden_act", tuple(ACTIVATIONS), "gelu", what)
+    require(hf, what.strip() or "BERT", REQUIRED)
+
+
+def bert_fields(hf: dict) -> dict:
+    """EncoderConfig fields of the shared BERT layout (post-norm softmax, learned positions)."""
+    return dict(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=hf["num_attention_heads"],
+        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], attention="softmax",
+        norm="layernorm", norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
+        positions="learned", max_positions=hf["max_position_embeddings"],
+        type_vocab_size=hf.get("type_vocab_size", 2), norm_eps=hf.get("layer_norm_eps", 1e-12),
+    )
+
+
+def bert_config(hf: dict, common: dict | None = None) -> EncoderConfig:
     """EncoderConfig for a Hugging Face BERT config.json; CheckpointError for other variants."""
     model_type = hf.get("model_type")
     if model_type != "bert":
-        raise CheckpointError(
-            f"model_type {model_type!r} is not supported; ortformer imports model_type 'bert' "
-            "(other families differ in positions, norms or layout)"
-        )
-    position = hf.get("position_embedding_type", "absolute")
-    if position != "absolute":
-        raise CheckpointError(f"position_embedding_type {position!r} is not supported; only 'absolute' is")
-    for flag in ("is_decoder", "add_cross_attention"):
-        if hf.get(flag):
-            raise CheckpointError(f"{flag}=true is not supported; ortformer imports bidirectional encoders only")
-    act = hf.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise CheckpointError(f"hidden_act {act!r} is not supported; valid: {', '.join(ACTIVATIONS)}")
-    required = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
-                "intermediate_size", "max_position_embeddings")
-    missing = [key for key in required if key not in hf]
-    if missing:
-        raise CheckpointError(f"BERT config.json lacks {', '.join(missing)}")
-    try:
-        return EncoderConfig(
-            name=name, vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
-            num_heads=hf["num_attention_heads"], num_layers=hf["num_hidden_layers"],
-            ffn_size=hf["intermediate_size"], attention="softmax", norm="layernorm", norm_position="post",
-            activation=ACTIVATIONS[act], positions="learned", max_positions=hf["max_position_embeddings"],
-            type_vocab_size=hf.get("type_vocab_size", 2), norm_eps=hf.get("layer_norm_eps", 1e-12),
-            pooling=pooling, normalize_embeddings=normalize,
-        )
-    except ConfigError as exc:
-        raise CheckpointError(f"BERT config.json describes an encoder ortformer cannot build: {exc}") from None
+        from ..loading import unsupported_model_type
+
+        raise unsupported_model_type(model_type)
+    check_bert_layout(hf, "BERT ")
+    return make_config("BERT", **bert_fields(hf), **{"name": "bert", **(common or {})})
 
 
-def hf_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
-    """Hugging Face BertModel tensor name -> shape for ``cfg`` (without dropped heads)."""
-    f, ffn = cfg.hidden_size, cfg.ffn_size
+def bert_layout_shapes(cfg: EncoderConfig, hf_types: int) -> dict[str, tuple[int, ...]]:
+    """Hugging Face BertModel tensor name -> shape (without dropped heads); hf_types rows
+    of token types, embeddings E = embedding_size or F wide (ELECTRA)."""
+    f, ffn, e = cfg.hidden_size, cfg.ffn_size, cfg.embedding_size or cfg.hidden_size
     shapes = {
-        "embeddings.word_embeddings.weight": (cfg.vocab_size, f),
-        "embeddings.position_embeddings.weight": (cfg.max_positions, f),
-        "embeddings.token_type_embeddings.weight": (cfg.type_vocab_size, f),
-        "embeddings.LayerNorm.weight": (f,), "embeddings.LayerNorm.bias": (f,),
+        "embeddings.word_embeddings.weight": (cfg.vocab_size, e),
+        "embeddings.position_embeddings.weight": (cfg.max_positions, e),
+        "embeddings.token_type_embeddings.weight": (hf_types, e),
+        "embeddings.LayerNorm.weight": (e,), "embeddings.LayerNorm.bias": (e,),
     }
+    if cfg.embedding_size:
+        shapes["embeddings_project.weight"], shapes["embeddings_project.bias"] = (f, e), (f,)
     for i in range(cfg.num_layers):
         p = f"encoder.layer.{i}."
         for sub, (rows, cols) in {"attention.self.query": (f, f), "attention.self.key": (f, f),
@@ -84,18 +84,23 @@ def hf_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
             shapes[p + sub + ".weight"], shapes[p + sub + ".bias"] = (rows, cols), (rows,)
         for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
             shapes[p + norm + ".weight"], shapes[p + norm + ".bias"] = (f,), (f,)
-    if not cfg.type_vocab_size:
+    if not hf_types:
         del shapes["embeddings.token_type_embeddings.weight"]
     return shapes
 
 
-def split_dropped(tensors: Tensors) -> tuple[Tensors, list[str]]:
-    """Strip a ``bert.`` prefix (task-head checkpoints), rename old gamma/beta
+def hf_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """Hugging Face BertModel tensor name -> shape for ``cfg`` (without dropped heads)."""
+    return bert_layout_shapes(cfg, cfg.type_vocab_size)
+
+
+def split_dropped(tensors: Tensors, prefix: str = "bert.", dropped_prefixes=DROPPED_PREFIXES) -> tuple[Tensors, list[str]]:
+    """Strip the base-model prefix (task-head checkpoints), rename old gamma/beta
     LayerNorm names, and set aside the tensors an encoder does not use."""
     kept, dropped = {}, []
     for name, tensor in tensors.items():
-        short = name.removeprefix("bert.")
-        if short.startswith(DROPPED_PREFIXES) or short in DROPPED_BUFFERS:
+        short = name.removeprefix(prefix)
+        if short.startswith(dropped_prefixes) or short in DROPPED_BUFFERS:
             dropped.append(name)
             continue
         if ".LayerNorm." in short:
@@ -104,16 +109,25 @@ def split_dropped(tensors: Tensors) -> tuple[Tensors, list[str]]:
     return kept, sorted(dropped)
 
 
-def to_ortformer(hf: Tensors, cfg: EncoderConfig) -> Tensors:
-    """Rename checked Hugging Face tensors to Encoder names, fusing Q, K, V (rows [Q; K; V])."""
+def to_ortformer(hf: Tensors, cfg: EncoderConfig, fold_types: bool = False) -> Tensors:
+    """Rename checked Hugging Face tensors to Encoder names, fusing Q, K, V (rows [Q; K; V]).
+
+    fold_types: a single token type (RoBERTa) is one vector added to every token, so it
+    is added to every row of the position table instead of becoming a model input.
+    """
+    positions = hf["embeddings.position_embeddings.weight"]
+    if fold_types:
+        positions = positions.float() + hf["embeddings.token_type_embeddings.weight"][0].float()
     out = {
         "tokens.weight": hf["embeddings.word_embeddings.weight"],
-        "positions.table.weight": hf["embeddings.position_embeddings.weight"],
+        "positions.table.weight": positions,
         "norm.weight": hf["embeddings.LayerNorm.weight"],
         "norm.bias": hf["embeddings.LayerNorm.bias"],
     }
     if cfg.type_vocab_size:
         out["types.weight"] = hf["embeddings.token_type_embeddings.weight"]
+    if cfg.embedding_size:
+        out["project.weight"], out["project.bias"] = hf["embeddings_project.weight"], hf["embeddings_project.bias"]
     for i in range(cfg.num_layers):
         p, q = f"encoder.layer.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias"):
@@ -126,29 +140,23 @@ def to_ortformer(hf: Tensors, cfg: EncoderConfig) -> Tensors:
     return out
 
 
+def map_bert_layout(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, *, prefix: str = "bert.",
+                    dropped_prefixes=DROPPED_PREFIXES, hf_types: int | None = None) -> tuple[Tensors, list[str]]:
+    """Check a BERT-layout state dict and map it; hf_types rows of token types in the
+    file (default: the config's); one row with none in the config is folded (RoBERTa)."""
+    hf_types = cfg.type_vocab_size if hf_types is None else hf_types
+    kept, dropped = split_dropped(raw, prefix, dropped_prefixes)
+    check_tensors(kept, bert_layout_shapes(cfg, hf_types), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    return to_ortformer(kept, cfg, fold_types=hf_types == 1 and not cfg.type_vocab_size), dropped
+
+
 def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = None,
               name: str | None = None) -> Loaded:
-    """Import a BERT-family folder as an ortformer Encoder (eval mode, float32).
+    """Import a BERT folder as an ortformer Encoder (eval mode, float32).
 
     pooling / normalize: override the sentence-transformers config; without one
     the default is pooling="none" (BERT's own pooler head is not imported).
     """
-    root = Path(folder)
-    if not root.is_dir():
-        raise CheckpointError(f"{root} is not a folder; pass a Hugging Face model folder")
-    model_dir = transformer_dir(root)
-    hf_config = read_json(model_dir / "config.json")
-    st_pooling, st_normalize, max_len = read_pooling(root)
-    pooling = pooling or st_pooling or "none"
-    if normalize is None:  # a Normalize module means nothing without a pooled embedding
-        normalize = st_normalize and pooling != "none"
-    cfg = bert_config(hf_config, pooling=pooling, normalize=normalize, name=name or root.resolve().name)
-    weights = find_weights(model_dir, HF_WEIGHT_NAMES)
-    raw, _, duplicates = read_weights(weights)
-    kept, dropped = split_dropped(raw)
-    check_tensors(kept, hf_shapes(cfg), dtypes=HF_DTYPES, what=str(weights), duplicates=duplicates)
-    if dropped:
-        log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
-    model = encoder_from_tensors(cfg, to_ortformer(kept, cfg), what=f"{weights} (mapped)", dtypes=HF_DTYPES)
-    return Loaded(model, f"sha256:{checkpoint_digest(weights)}", find_tokenizer(model_dir, root), max_len,
-                  weights=weights, dropped=tuple(dropped), family="bert")
+    return import_folder(folder, family="bert", build=bert_config, map_weights=map_bert_layout,
+                         pooling=pooling, normalize=normalize, name=name)
+load = load_bert  # the entry point loading.load_hf calls

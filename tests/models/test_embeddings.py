@@ -1,0 +1,131 @@
+"""The embedding-side variants (position offset and kept-token positions, an embedding
+projection, a normalised embedding) and the last/max poolings: padding invariance,
+parameter counts, and the export parity gate."""
+import pytest
+import torch
+
+from ortformer.config import preset
+from ortformer.cost import parameter_count
+from ortformer.errors import ConfigError
+from ortformer.exporter import export
+from ortformer.models import build_encoder
+
+
+
+def make_inputs(cfg, b, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if cfg.takes_ids:
+        return torch.randint(0, cfg.vocab_size, (b, n), generator=g)
+    return torch.randn(b, n, cfg.hidden_size, generator=g)
+
+
+def forward(model, x, mask):
+    types = (torch.zeros(mask.shape, dtype=torch.long),) if model.config.type_vocab_size else ()
+    with torch.no_grad():
+        return model(x, mask, *types)
+
+VARIANTS = [
+    dict(position_offset=2, position_ids="kept", pooling="mean"),
+    dict(position_offset=3, pooling="last"),
+    dict(embedding_size=16, pooling="max"),
+    dict(embedding_size=48, position_ids="kept", pooling="last", norm="rmsnorm"),
+    dict(norm_position="pre", embedding_norm=True, pooling="max"),
+    dict(norm_position="pre", embedding_norm=True, embedding_size=16, positions="sinusoidal", attention="linear"),
+    dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
+]
+IDS = ["-".join(f"{k}={v}" for k, v in c.items()) for c in VARIANTS]
+
+
+def _left_invariant(cfg) -> bool:
+    # kept-token positions do not move with left padding; index positions do
+    return cfg.positions == "none" or (cfg.positions == "learned" and cfg.position_ids == "kept")
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
+def test_padding_invariance(overrides):
+    cfg = preset("tiny", **overrides)
+    model = build_encoder(cfg, seed=1)
+    n, total = 5, 9
+    x = make_inputs(cfg, 1, n, seed=2)
+    alone = forward(model, x, torch.ones(1, n, dtype=torch.long))
+    filler = make_inputs(cfg, 1, total - n, seed=3)
+    checked = 0
+    for side in ("right", "left"):
+        if side == "left" and not _left_invariant(cfg):
+            continue
+        padded = torch.cat([x, filler], 1) if side == "right" else torch.cat([filler, x], 1)
+        keep = slice(0, n) if side == "right" else slice(total - n, total)
+        mask = torch.zeros(2, total, dtype=torch.long)
+        mask[0, keep] = 1
+        mask[1] = 1
+        out = forward(model, torch.cat([padded, make_inputs(cfg, 1, total, seed=4)], 0), mask)
+        torch.testing.assert_close(out["last_hidden_state"][0, keep], alone["last_hidden_state"][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(out["sentence_embedding"][0], alone["sentence_embedding"][0], rtol=0, atol=1e-5)
+        checked += 1
+    assert checked == (2 if _left_invariant(cfg) else 1)
+
+
+def test_kept_positions_count_only_kept_tokens():
+    cfg = preset("tiny", position_offset=2, position_ids="kept", pooling="none")
+    model = build_encoder(cfg, seed=1)
+    mask = torch.tensor([[0, 0, 1, 1, 0, 1]])
+    x = torch.zeros(1, 6, cfg.hidden_size)
+    rows = model.positions(x, mask)[0]
+    table = model.positions.table.weight
+    for j, row in zip((2, 3, 5), (2, 3, 4)):  # offset + kept tokens before j
+        torch.testing.assert_close(rows[j], table[row], rtol=0, atol=0)
+
+
+def test_offset_shifts_the_table_rows():
+    cfg = preset("tiny", position_offset=3, pooling="none")
+    model = build_encoder(cfg, seed=1)
+    rows = model.positions(torch.zeros(1, 4, cfg.hidden_size), torch.ones(1, 4))[0]
+    torch.testing.assert_close(rows, model.positions.table.weight[3:7], rtol=0, atol=0)
+    assert cfg.max_sequence == cfg.max_positions - 3
+
+
+def test_embedding_norm_replaces_the_first_attention_norm():
+    model = build_encoder(preset("tiny", norm_position="pre", embedding_norm=True), seed=0)
+    assert isinstance(model.blocks[0].norm1, torch.nn.Identity)
+    assert not isinstance(model.blocks[1].norm1, torch.nn.Identity) and model.embed_norm is not None
+
+
+def test_projection_maps_embedding_width_to_hidden():
+    model = build_encoder(preset("tiny", embedding_size=16), seed=0)
+    assert model.tokens.weight.shape == (100, 16) and model.positions.table.weight.shape == (64, 16)
+    assert model.project.weight.shape == (32, 16) and model.norm.weight.shape == (16,)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
+def test_parameter_count_matches_the_module(overrides):
+    cfg = preset("tiny", **overrides)
+    assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
+
+
+def test_last_and_max_pooling_by_hand():
+    from ortformer.models.encoder import pool
+
+    x = torch.arange(24, dtype=torch.float32).view(2, 4, 3) * torch.tensor([1.0, -1.0, 1.0])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    torch.testing.assert_close(pool(x, mask, "last", False), torch.stack([x[0, 2], torch.zeros(3)]))
+    torch.testing.assert_close(pool(x, mask, "max", False), torch.stack([x[0, 1:3].max(0).values, torch.zeros(3)]))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(embedding_size=16, vocab_size=0, type_vocab_size=0), "embedding_size projects token embeddings"),
+    (dict(embedding_norm=True), "pre-norm"),
+    (dict(position_offset=64), "leaves no row"),
+    (dict(position_ids="kept", positions="none"), "learned position table"),
+])
+def test_invalid_combinations_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        preset("tiny", **overrides)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS[:4] + VARIANTS[4:5], ids=IDS[:5])
+def test_export_passes_the_gate(overrides, tmp_path):
+    cfg = preset("tiny", **overrides)
+    result = export(cfg, tmp_path / "m.onnx", seed=2)
+    assert result.report["passed"]
+    # the grid's longest sequence is what the offset leaves of the table
+    assert max(c["sequence"] for c in result.report["cases"]) == cfg.max_sequence
