@@ -203,8 +203,16 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError(f"positions='sinusoidal' needs an even embedding_size, got {cfg.embedding_size}")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
-    if cfg.relative_attention_buckets and cfg.relative_attention_buckets < 2:
-        raise ConfigError("relative_attention_buckets must be 0 (off) or >= 2 (one half per direction)")
+    if cfg.relative_attention_buckets:
+        # per direction buckets // 2, of which buckets // 4 are exact distances: with fewer
+        # than 4 no distance is exact and the logarithmic part divides by log(max_distance / 0)
+        if cfg.relative_attention_buckets < 4:
+            raise ConfigError(f"relative_attention_buckets={cfg.relative_attention_buckets} must be 0 (off) or >= 4 "
+                              "(half per direction, half of each exact distances)")
+        exact = cfg.relative_attention_buckets // 4
+        if cfg.relative_attention_max_distance <= exact:
+            raise ConfigError(f"relative_attention_max_distance={cfg.relative_attention_max_distance} must exceed the "
+                              f"{exact} exact distances of relative_attention_buckets={cfg.relative_attention_buckets}")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):

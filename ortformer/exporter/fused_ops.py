@@ -3,6 +3,8 @@
 - masked_softmax_attention becomes ``com.microsoft.MultiHeadAttention`` with a (B, N)
   int32 key padding mask: one kernel per layer instead of MatMul -> Add -> Softmax ->
   MatMul with (B, H, N, N) intermediates in the graph.
+- biased_softmax_attention (a relative position bias, a local window) becomes the same
+  kernel with its attention_bias input.
 - aten.gelu becomes ``com.microsoft.Gelu``: the exporter's erf decomposition
   (x * 0.5 * (1 + erf(x * 0.7071))) is not matched by onnxruntime's GeluFusion, while
   a Gelu node lets onnxruntime fold the preceding bias Add into BiasGelu.
@@ -27,7 +29,8 @@ def _mha_schema() -> OpSchema:
         "MultiHeadAttention", "com.microsoft", 1,
         inputs=[param("query", "T"), param("key", "T", param_option=optional),
                 param("value", "T", param_option=optional), param("bias", "T", param_option=optional),
-                param("key_padding_mask", "M", param_option=optional)],
+                param("key_padding_mask", "M", param_option=optional),
+                param("attention_bias", "T", param_option=optional)],
         outputs=[param("output", "T")],
         type_constraints=[("T", ["tensor(float)", "tensor(float16)"], ""), ("M", ["tensor(int32)"], "")],
         attributes=[OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "", required=True)],
@@ -57,7 +60,15 @@ def multi_head_attention(q, k, v, key_mask, num_heads: int):
     return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
 
 
+def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
+    """As multi_head_attention, plus an additive (1|B, 1|H, N, N) attention_bias (input 5),
+    which onnxruntime broadcasts over batch and heads."""
+    return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), scores_bias,
+                                num_heads=num_heads)
+
+
 TRANSLATIONS = {
     torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
+    torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
     torch.ops.aten.gelu.default: gelu,
 }

@@ -26,15 +26,25 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float32 else x.float()
 
 
-def softmax_attention(q, k, v, key_mask, eps):
-    """softmax(Q K^T / sqrt(D) + mask) V.  O(N^2) time and memory.
+def softmax_attention(q, k, v, key_mask, eps, scores_bias=None):
+    """softmax(Q K^T / sqrt(D) + scores_bias + mask) V.  O(N^2) time and memory.
 
     mask is 0 for kept keys and the dtype's lowest value for padded ones;
     rows with no kept key are set to zero afterwards.
+    scores_bias: optional additive (1 or B, 1 or H, N, N) term on the scaled scores: a
+    relative position bias, a local window (0 inside, the dtype's lowest value outside),
+    or their sum. Padded keys overwrite it (masked_fill, not add: lowest + lowest = -inf).
     """
-    bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device)
-    bias = bias.masked_fill(~key_mask, torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, N)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
+    if scores_bias is None:
+        bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device)
+        bias = bias.masked_fill(~key_mask, torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, N)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
+    else:
+        # written out rather than SDPA: the exporter's SDPA decomposition with a (1, H, N, N)
+        # mask yields strides that its later reshape-as-view rejects
+        bias = _f32(scores_bias).masked_fill(~key_mask[:, None, None, :], torch.finfo(torch.float32).min)
+        scores = _f32(q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + bias  # (B, H, N, N)
+        out = scores.softmax(dim=-1).to(q.dtype) @ v  # (B, H, N, D)
     return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]  # finite out: 0 where nothing is kept
 
 
@@ -106,6 +116,29 @@ def _masked_softmax_attention_shape(q, k, v, key_mask, num_heads):
     return torch.empty_like(q)
 
 
+@torch.library.custom_op("ortformer::biased_softmax_attention", mutates_args=())
+def biased_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor,
+                             scores_bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """masked_softmax_attention with an additive (1 or B, 1 or H, N, N) scores_bias: (B, N, F) -> (B, N, F).
+
+    Exported as MultiHeadAttention's attention_bias input, which onnxruntime
+    broadcasts over batch and heads: a (1, H, N, N) relative bias or a (1, 1, N, N)
+    window is never expanded to (B, H, N, N).
+    """
+    b, n, f = q.shape
+
+    def heads(x):  # (B, N, F) -> (B, H, N, D)
+        return x.reshape(b, n, num_heads, f // num_heads).transpose(1, 2)
+
+    out = softmax_attention(heads(q), heads(k), heads(v), key_mask != 0, 0.0, scores_bias)
+    return out.transpose(1, 2).reshape(b, n, f)
+
+
+@biased_softmax_attention.register_fake
+def _biased_softmax_attention_shape(q, k, v, key_mask, scores_bias, num_heads):
+    return torch.empty_like(q)
+
+
 KERNELS: dict[str, Kernel] = {
     "softmax": softmax_attention,
     "linear": linear_attention,
@@ -135,16 +168,25 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor,
+                scores_bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, N, F), key_mask bool (B, N); scores_bias (1|B, 1|H, N, N), softmax only."""
         b, n, f = x.shape
         if self.fused:
             q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
-            out = masked_softmax_attention(q, k, v, key_mask.to(torch.int32), self.num_heads)
+            if scores_bias is None:
+                out = masked_softmax_attention(q, k, v, key_mask.to(torch.int32), self.num_heads)
+            else:
+                out = biased_softmax_attention(q, k, v, key_mask.to(torch.int32), scores_bias.to(q.dtype),
+                                               self.num_heads)
             # rows with no kept key are zero (the fused ONNX kernel would average them); a
             # multiply by (B, 1, 1) instead of Where: no (B, N, F) zeros are materialised
             out = out * key_mask.any(dim=1).to(out.dtype)[:, None, None]
             return self.out(out)
         qkv = self.qkv(x).view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
-        heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
+        if scores_bias is not None:
+            heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias)  # config: softmax only
+        else:
+            heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
         return self.out(heads.transpose(1, 2).reshape(b, n, f))

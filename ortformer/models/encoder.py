@@ -7,7 +7,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, Positions, make_norm
+from .layers import FeedForward, Positions, RelativePositionBias, make_norm
 
 
 class Block(nn.Module):
@@ -26,11 +26,11 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attention(self.norm1(x), key_mask)
+            x = x + self.attention(self.norm1(x), key_mask, scores_bias)
             return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.attention(x, key_mask))
+        x = self.norm1(x + self.attention(x, key_mask, scores_bias))
         return self.norm2(x + self.ffn(x))
 
 
@@ -51,6 +51,8 @@ class Encoder(nn.Module):
         # post-norm normalises the embeddings (as BERT); pre-norm normalises the final output
         self.norm = make_norm(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
+        self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -62,8 +64,9 @@ class Encoder(nn.Module):
         if cfg.norm_position == "post":
             x = self.norm(x)
         key_mask = attention_mask != 0  # (B, N) bool
+        relative = self.relative(x.shape[1]).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
         for block in self.blocks:
-            x = block(x, key_mask)
+            x = block(x, key_mask, relative)
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}

@@ -104,3 +104,53 @@ class Positions(nn.Module):
         if self.kind == "sinusoidal":
             return x + self.table[:n].to(x.dtype)
         return x
+
+
+def relative_position_bucket(relative_position: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5/MPNet bidirectional buckets of relative_position = j - i (key minus query).
+
+    num_buckets // 2 buckets per direction (keys after the query take the upper half);
+    in each, distances below half of them are exact and the rest grow logarithmically
+    up to max_distance, beyond which they share the last bucket. The same arithmetic as
+    transformers' MPNet ``relative_position_bucket``, so the buckets are bit-identical.
+    """
+    ret = 0
+    n = -relative_position
+    num_buckets //= 2
+    ret = ret + (n < 0).to(torch.long) * num_buckets
+    n = torch.abs(n)
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    val_if_large = max_exact + (
+        torch.log(n.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).to(torch.long)
+    val_if_large = torch.min(val_if_large, torch.full_like(val_if_large, num_buckets - 1))
+    return ret + torch.where(is_small, n, val_if_large)
+
+
+class RelativePositionBias(nn.Module):
+    """bias[0, h, i, j] = table[bucket(j - i), h]: shape (1, H, N, N), shared by every layer.
+
+    The bucket of a distance is looked up in a (max_distance + 1) table computed once
+    here by relative_position_bucket, instead of running its log in the graph: onnxruntime's
+    Log and torch's may differ by an ulp exactly where the float lands on a bucket
+    boundary (16, 32, 64 with MPNet's 32/128), which would move a token to another bucket.
+    Distances beyond max_distance all share the last bucket, so the table is exact.
+    """
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.half = cfg.relative_attention_buckets // 2
+        self.max_distance = cfg.relative_attention_max_distance
+        distance = torch.arange(self.max_distance + 1)
+        # a distance d with the key before the query: no direction offset
+        buckets = relative_position_bucket(-distance, cfg.relative_attention_buckets, self.max_distance)
+        self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
+        self.table = nn.Embedding(cfg.relative_attention_buckets, cfg.num_heads)
+
+    def forward(self, n: int) -> torch.Tensor:
+        position = torch.arange(n, device=self.table.weight.device)
+        query_minus_key = position[:, None] - position[None, :]  # (N, N): i - j
+        buckets = (query_minus_key < 0).to(torch.long) * self.half \
+            + self.bucket_of_distance[query_minus_key.abs().clamp(max=self.max_distance)]
+        return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, N, N)

@@ -28,6 +28,9 @@ COVERING = [
     dict(attention="linear", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
     dict(attention="efficient", ffn_gated=True, activation="gelu_tanh"),
     dict(attention="cosine", activation="silu", bias=False, norm="rmsnorm"),
+    # softmax only: a relative position bias (the grid's 64 tokens pass max_distance)
+    dict(attention="softmax", relative_attention_buckets=8, relative_attention_max_distance=12, positions="none",
+         norm_position="pre"),
 ]
 
 
@@ -183,7 +186,8 @@ def test_quantize_needs_a_float32_export(tmp_path):
 
 
 @pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False),
-                                       dict(activation="silu", ffn_gated=True)])
+                                       dict(activation="silu", ffn_gated=True, relative_attention_buckets=8,
+                                            relative_attention_max_distance=12)])
 def test_new_feed_forwards_export_with_standard_ops_too(overrides, tmp_path):
     path = tmp_path / "plain.onnx"
     export(preset("tiny", **overrides), path, fused_ops=False)  # passes the gate
@@ -197,6 +201,18 @@ def test_fused_ops_are_contrib_kernels_and_can_be_turned_off(tmp_path):
     contrib = {(n.domain, n.op_type) for n in onnx.load(str(fused)).graph.node if n.domain}
     assert contrib == {("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "Gelu")}
     assert all(n.domain in ("", "ai.onnx") for n in onnx.load(str(plain)).graph.node)
+
+
+def test_relative_bias_is_the_fused_kernels_attention_bias_input(tmp_path):
+    cfg = preset("tiny", relative_attention_buckets=8, relative_attention_max_distance=12)
+    path = tmp_path / "m.onnx"
+    export(cfg, path, parity=False)
+    model = onnx.load(str(path))
+    attention = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+    assert len(attention) == cfg.num_layers
+    assert len({n.input[5] for n in attention}) == 1  # one (1, H, N, N) bias, computed once for all layers
+    # nothing stored grows with the sequence: the bucket lookup is max_distance + 1 entries
+    assert max(int(np.prod(t.dims)) for t in model.graph.initializer) <= cfg.vocab_size * cfg.hidden_size
 
 
 def test_bad_text_options_are_refused_before_tracing(tmp_path, monkeypatch):

@@ -21,6 +21,11 @@ def variants():
             type_vocab_size=2 if vocab else 0, pooling=["mean", "cls", "none"][(i // 4) % 3],
             ffn_gated=bool((i // 5) % 2), bias=not (i // 6) % 2,
         ))
+    # softmax-only variants: a relative position bias (buckets 8, so the grid's lengths
+    # reach the logarithmic buckets and beyond max_distance)
+    for base, positions in zip(combos[0:8:4], ["none", "learned"]):
+        combos.append({**base, "positions": positions, "relative_attention_buckets": 8,
+                       "relative_attention_max_distance": 6})
     return combos
 
 
@@ -43,7 +48,8 @@ def forward(model, x, mask, types=None):
 
 
 def test_covering_set_covers_every_option():
-    seen = {key: {c[key] for c in VARIANTS} for key in VARIANTS[0]}
+    seen = {key: {c.get(key) for c in VARIANTS} for key in VARIANTS[0]}
+    assert {c["attention"] for c in VARIANTS if c.get("relative_attention_buckets")} == {"softmax"}
     assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none"}
     assert seen["norm_position"] == {"post", "pre"} and seen["vocab_size"] == {100, 0}
     assert seen["activation"] == set(ACTIVATIONS)
@@ -69,8 +75,9 @@ def test_padding_invariance_right_and_left(overrides):
         mask[1, :] = 1  # a neighbour row of full length shares the batch
         batch_x = torch.cat([padded_x, make_inputs(cfg, 1, total, seed=4)], 0)
         # positions count from the first column, so left padding shifts positions:
-        # invariance to left padding holds only without position information
-        if side == "left" and cfg.positions != "none":
+        # invariance to left padding holds only without absolute position information
+        # (relative biases, rotary and windows see i - j alone)
+        if side == "left" and cfg.positions in ("learned", "sinusoidal"):
             continue
         out = forward(model, batch_x, mask)
         torch.testing.assert_close(out["last_hidden_state"][0, keep], alone["last_hidden_state"][0], rtol=0, atol=1e-5)
@@ -196,3 +203,31 @@ def test_no_bias_leaves_no_bias_anywhere():
     assert not [n for n in names if n.endswith(".bias")], names
     x = torch.randn(1, 4, 32)
     torch.testing.assert_close(model.norm(x), torch.nn.functional.layer_norm(x, (32,), model.norm.weight, None, 1e-5))
+
+
+def test_relative_buckets_equal_transformers_mpnet():
+    from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+    from ortformer.models.layers import RelativePositionBias
+
+    for buckets, distance, n in [(32, 128, 300), (8, 6, 40), (6, 3, 20)]:
+        cfg = preset("tiny", relative_attention_buckets=buckets, relative_attention_max_distance=distance,
+                     max_positions=512)
+        module = build_encoder(cfg).relative
+        position = torch.arange(n)
+        want = MPNetEncoder.relative_position_bucket(position[None, :] - position[:, None], buckets, distance)
+        with torch.no_grad():
+            bias = module(n)
+        assert bias.shape == (1, cfg.num_heads, n, n)
+        torch.testing.assert_close(bias, module.table.weight[want].permute(2, 0, 1)[None], rtol=0, atol=0)
+        # every bucket is reached but the upper half's first: distance 0 has no direction
+        assert set(want.flatten().tolist()) == set(range(buckets - buckets % 2)) - {buckets // 2}
+
+
+def test_relative_bias_changes_the_output_and_is_in_the_parameter_count():
+    cfg = preset("tiny", relative_attention_buckets=8, relative_attention_max_distance=6)
+    model, plain = build_encoder(cfg, seed=1), build_encoder(cfg.replace(relative_attention_buckets=0), seed=1)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("relative.")})
+    x, mask = make_inputs(cfg, 1, 9), torch.ones(1, 9, dtype=torch.long)
+    assert (forward(model, x, mask)["last_hidden_state"] - forward(plain, x, mask)["last_hidden_state"]).abs().max() > 1e-3
+    assert parameter_count(cfg) == sum(p.numel() for p in model.parameters()) == parameter_count(plain.config) + 8 * 4

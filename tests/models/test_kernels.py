@@ -107,3 +107,24 @@ def test_float16_inputs_reduce_in_float32_and_stay_finite(kind):
 def test_unknown_kernel_is_a_config_error():
     with pytest.raises(ConfigError, match="softmax, linear, efficient, cosine"):
         get_kernel("flash")
+
+
+def test_softmax_with_a_scores_bias_matches_the_formula():
+    """exp(q_i.k_j / sqrt(D) + bias[h, i, j]) weights, for (1, H, N, N) and (1, 1, N, N) biases
+    holding the lowest float (a window) as well as ordinary values."""
+    q, k, v, mask = random_qkv(8)
+    b, h, n, d = q.shape
+    g = torch.Generator().manual_seed(1)
+    for bias in (torch.randn(1, h, n, n, generator=g), torch.randn(1, 1, n, n, generator=g)):
+        bias[..., 0, 1] = torch.finfo(torch.float32).min
+        got = get_kernel("softmax")(q, k, v, mask, EPS, bias)
+        want = torch.zeros(b, h, n, d, dtype=torch.float64)
+        for bi in range(b):
+            kept = [j for j in range(n) if mask[bi, j]]
+            for hi in range(h):
+                for i in range(n if kept else 0):
+                    bij = bias[0, hi % bias.shape[1], i].double()
+                    s = [torch.exp(q[bi, hi, i].double() @ k[bi, hi, j].double() / d ** 0.5 + bij[j]) for j in kept]
+                    want[bi, hi, i] = sum(w * v[bi, hi, j].double() for w, j in zip(s, kept)) / sum(s)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want.float(), rtol=0, atol=1e-5)
