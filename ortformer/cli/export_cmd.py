@@ -20,7 +20,7 @@ FLAG_FIELDS = {
     "ffn": "ffn_size", "vocab": "vocab_size", "max_positions": "max_positions",
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
     "ffn_gated": "ffn_gated", "bias": "bias", "relative_buckets": "relative_attention_buckets",
-    "relative_max_distance": "relative_attention_max_distance",
+    "relative_max_distance": "relative_attention_max_distance", "rotary_theta": "rotary_theta",
 }
 
 
@@ -67,6 +67,8 @@ def architecture_options(func):
         click.option("--ffn-gated/--no-ffn-gated", default=None,
                      help="Gated feed-forward W2(act(a) * g): GeGLU with --activation gelu, SwiGLU with silu."),
         click.option("--bias/--no-bias", default=None, help="Biases in every Linear and LayerNorm (ModernBERT has none)."),
+        click.option("--rotary-theta", type=float,
+                     help="Rotary base theta with --positions rotary (default 10000)."),
         click.option("--relative-buckets", type=click.IntRange(min=0),
                      help="MPNet/T5 relative position bias with this many buckets (e.g. 32); 0 = off. Softmax only."),
         click.option("--relative-max-distance", type=click.IntRange(min=1),

@@ -7,7 +7,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, Positions, RelativePositionBias, make_norm
+from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_norm
 
 
 class Block(nn.Module):
@@ -26,11 +26,12 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attention(self.norm1(x), key_mask, scores_bias)
+            x = x + self.attention(self.norm1(x), key_mask, scores_bias, rotary)
             return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.attention(x, key_mask, scores_bias))
+        x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary))
         return self.norm2(x + self.ffn(x))
 
 
@@ -53,6 +54,7 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
         self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
+        self.rotary = Rotary(cfg.head_size, cfg.rotary_theta) if cfg.positions == "rotary" else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -64,9 +66,11 @@ class Encoder(nn.Module):
         if cfg.norm_position == "post":
             x = self.norm(x)
         key_mask = attention_mask != 0  # (B, N) bool
-        relative = self.relative(x.shape[1]).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
+        n = x.shape[1]
+        relative = self.relative(n).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
+        rotary = self.rotary(n) if self.rotary is not None else None  # cos, sin: each (N, D)
         for block in self.blocks:
-            x = block(x, key_mask, relative)
+            x = block(x, key_mask, relative, rotary)
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}

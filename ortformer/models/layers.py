@@ -154,3 +154,35 @@ class RelativePositionBias(nn.Module):
         buckets = (query_minus_key < 0).to(torch.long) * self.half \
             + self.bucket_of_distance[query_minus_key.abs().clamp(max=self.max_distance)]
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, N, N)
+
+
+class Rotary(nn.Module):
+    """Rotary position tables, rotate-half convention (transformers' LLaMA/GPT-NeoX/ModernBERT).
+
+    Dimension pairs (d, d + D/2) of a head turn by the angle p * theta^(-2d/D) at position
+    p = the sequence index. forward(n) -> (cos, sin), each (N, D): the angles for d < D/2,
+    repeated for the second half. Computed from the position index in the graph, so
+    nothing stored grows with max_positions.
+    """
+
+    def __init__(self, head_size: int, theta: float):
+        super().__init__()
+        # the same float32 arithmetic as transformers' default rope init
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_size, 2, dtype=torch.int64).float() / head_size))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
+
+    def forward(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        position = torch.arange(n, device=self.inv_freq.device, dtype=torch.float32)
+        angles = position[:, None] * self.inv_freq[None, :]  # (N, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (N, D)
+        return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """R_p x = x * cos + rotate_half(x) * sin, rotate_half([x1, x2]) = [-x2, x1].
+
+    x (..., N, D) with cos, sin (N, D); or x (B, N, H, D) with cos, sin (N, 1, D).
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos.to(x.dtype) + torch.cat([-x2, x1], dim=-1) * sin.to(x.dtype)

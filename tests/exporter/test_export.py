@@ -23,11 +23,12 @@ COVERING = [
     dict(attention="cosine", norm="rmsnorm", norm_position="post", positions="learned", pooling="none"),
     dict(attention="linear", vocab_size=0, type_vocab_size=0, positions="learned", normalize_embeddings=True),
     dict(attention="softmax", vocab_size=0, type_vocab_size=0, norm="rmsnorm", positions="sinusoidal", pooling="none"),
-    # SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models, for every attention kind
-    dict(attention="softmax", ffn_gated=True, activation="silu", bias=False),
-    dict(attention="linear", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
-    dict(attention="efficient", ffn_gated=True, activation="gelu_tanh"),
-    dict(attention="cosine", activation="silu", bias=False, norm="rmsnorm"),
+    # rotary positions, SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models,
+    # for every attention kind
+    dict(attention="softmax", positions="rotary", ffn_gated=True, activation="silu", bias=False),
+    dict(attention="linear", positions="rotary", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
+    dict(attention="efficient", positions="rotary", ffn_gated=True, activation="gelu_tanh", bias=False),
+    dict(attention="cosine", positions="rotary", ffn_gated=True, activation="silu", bias=False, norm="rmsnorm"),
     # softmax only: a relative position bias (the grid's 64 tokens pass max_distance)
     dict(attention="softmax", relative_attention_buckets=8, relative_attention_max_distance=12, positions="none",
          norm_position="pre"),
@@ -185,7 +186,7 @@ def test_quantize_needs_a_float32_export(tmp_path):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
 
 
-@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False),
+@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False, positions="rotary"),
                                        dict(activation="silu", ffn_gated=True, relative_attention_buckets=8,
                                             relative_attention_max_distance=12)])
 def test_new_feed_forwards_export_with_standard_ops_too(overrides, tmp_path):
@@ -229,3 +230,20 @@ def test_bad_text_options_are_refused_before_tracing(tmp_path, monkeypatch):
     with pytest.raises(ExportError, match=r"text_max_length=65 must be an int in \[1, 64\]"):
         export(preset("tiny"), tmp_path / "m.onnx", text_max_length=65)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rotary_and_relative_tables_come_from_the_position_index(tmp_path):
+    """A million-position model stores nothing per position (a sinusoid table would be 128 MB here)."""
+    cfg = preset("tiny", positions="rotary", relative_attention_buckets=8, relative_attention_max_distance=12,
+                 max_positions=1 << 20)
+    path, short = tmp_path / "m.onnx", tmp_path / "short.onnx"
+    export(cfg, path, parity=False)
+    export(cfg.replace(max_positions=64), short, parity=False)
+    assert path.stat().st_size - short.stat().st_size < 1000
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, 600))
+    mask, types = np.ones_like(ids), np.zeros_like(ids)
+    got = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+    with torch.no_grad():
+        want = build_encoder(cfg)(*(torch.from_numpy(a) for a in (ids, mask, types)))["last_hidden_state"]
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-4)

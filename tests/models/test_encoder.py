@@ -26,6 +26,8 @@ def variants():
     for base, positions in zip(combos[0:8:4], ["none", "learned"]):
         combos.append({**base, "positions": positions, "relative_attention_buckets": 8,
                        "relative_attention_max_distance": 6})
+    # rotary positions, for every attention kind in both norm positions
+    combos += [{**base, "positions": "rotary"} for base in combos[8:16]]
     return combos
 
 
@@ -50,7 +52,9 @@ def forward(model, x, mask, types=None):
 def test_covering_set_covers_every_option():
     seen = {key: {c.get(key) for c in VARIANTS} for key in VARIANTS[0]}
     assert {c["attention"] for c in VARIANTS if c.get("relative_attention_buckets")} == {"softmax"}
-    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none"}
+    assert {(c["attention"], c["norm_position"]) for c in VARIANTS if c["positions"] == "rotary"} == {
+        (a, p) for a in ATTENTION_KINDS for p in ("post", "pre")}
+    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none", "rotary"}
     assert seen["norm_position"] == {"post", "pre"} and seen["vocab_size"] == {100, 0}
     assert seen["activation"] == set(ACTIVATIONS)
     for attention in ATTENTION_KINDS:
@@ -231,3 +235,15 @@ def test_relative_bias_changes_the_output_and_is_in_the_parameter_count():
     x, mask = make_inputs(cfg, 1, 9), torch.ones(1, 9, dtype=torch.long)
     assert (forward(model, x, mask)["last_hidden_state"] - forward(plain, x, mask)["last_hidden_state"]).abs().max() > 1e-3
     assert parameter_count(cfg) == sum(p.numel() for p in model.parameters()) == parameter_count(plain.config) + 8 * 4
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_rotary_sees_order_but_not_where_the_sequence_starts(attention):
+    """Rotary makes the output depend on order; with position = index, a shift of the whole
+    sequence (left padding) changes nothing, for the linear family too (numerator only)."""
+    cfg = preset("tiny", attention=attention, positions="rotary")
+    model = build_encoder(cfg, seed=2)
+    x, mask = make_inputs(cfg, 1, 6), torch.ones(1, 6, dtype=torch.long)
+    out = forward(model, x, mask)["last_hidden_state"]
+    flipped = forward(model, x.flip(1), mask)["last_hidden_state"].flip(1)
+    assert (out - flipped).abs().max() > 1e-3
