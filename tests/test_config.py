@@ -48,6 +48,10 @@ def test_every_field_has_a_reason_comment():
     ({"relative_attention_buckets": 32, "relative_attention_max_distance": 8}, "relative_attention_max_distance=8",
      "8 exact distances"),
     ({"relative_attention_buckets": 32, "attention": "linear"}, "relative_attention_buckets=32", "softmax"),
+    ({"local_window": 8, "global_every": 3, "attention": "cosine"}, "local_window=8", "softmax"),
+    ({"local_window": 8}, "global_every=1", "global_every >= 2"),
+    ({"rotary_theta_local": 10.0, "local_window": 8, "global_every": 3}, "rotary_theta_local", "positions='rotary'"),
+    ({"rotary_theta_local": 0.5, "positions": "rotary"}, "rotary_theta_local=0.5", "> 1"),
 ])
 def test_invalid_values_name_the_field_and_valid_choices(changes, field, valid):
     with pytest.raises(ConfigError) as err:

@@ -7,7 +7,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_norm
+from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_norm, window_bias
 
 
 class Block(nn.Module):
@@ -55,6 +55,9 @@ class Encoder(nn.Module):
         # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
         self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
         self.rotary = Rotary(cfg.head_size, cfg.rotary_theta) if cfg.positions == "rotary" else None
+        # local (sliding-window) layers: l % global_every != 0; they may rotate with their own theta
+        self.local_layers = [l for l in range(cfg.num_layers) if cfg.local_window and l % cfg.global_every]
+        self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local) if cfg.rotary_theta_local else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -69,8 +72,17 @@ class Encoder(nn.Module):
         n = x.shape[1]
         relative = self.relative(n).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
         rotary = self.rotary(n) if self.rotary is not None else None  # cos, sin: each (N, D)
-        for block in self.blocks:
-            x = block(x, key_mask, relative, rotary)
+        local_bias, local_rotary = relative, rotary
+        if self.local_layers:  # every bias and table once per call, shared by the layers of its kind
+            window = window_bias(n, cfg.local_window, x)  # (1, 1, N, N)
+            # masked_fill, not add: lowest + a negative bias would overflow to -inf in float16
+            local_bias = window if relative is None else relative.masked_fill(window < 0, torch.finfo(x.dtype).min)
+            local_rotary = self.rotary_local(n) if self.rotary_local is not None else rotary
+        for l, block in enumerate(self.blocks):
+            if l in self.local_layers:
+                x = block(x, key_mask, local_bias, local_rotary)
+            else:
+                x = block(x, key_mask, relative, rotary)
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}

@@ -186,3 +186,15 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return x * cos.to(x.dtype) + torch.cat([-x2, x1], dim=-1) * sin.to(x.dtype)
+
+
+def window_bias(n: int, window: int, like: torch.Tensor) -> torch.Tensor:
+    """0 where |i - j| <= window // 2, the lowest float elsewhere: (1, 1, N, N) in like's dtype.
+
+    ModernBERT's sliding window (local_attention // 2 on each side), built from the
+    position index; added to the scores of local layers.
+    """
+    position = torch.arange(n, device=like.device)
+    inside = (position[:, None] - position[None, :]).abs() <= window // 2  # (N, N)
+    zeros = torch.zeros(n, n, dtype=like.dtype, device=like.device)
+    return zeros.masked_fill(~inside, torch.finfo(like.dtype).min)[None, None]

@@ -32,6 +32,12 @@ COVERING = [
     # softmax only: a relative position bias (the grid's 64 tokens pass max_distance)
     dict(attention="softmax", relative_attention_buckets=8, relative_attention_max_distance=12, positions="none",
          norm_position="pre"),
+    # softmax only: local windows with a global layer every k (ModernBERT-like: rotary with its
+    # own local theta, GeGLU, no biases, pre-norm), and a window over a relative bias
+    dict(attention="softmax", positions="rotary", rotary_theta=160000.0, rotary_theta_local=10000.0, local_window=6,
+         global_every=2, num_layers=3, ffn_gated=True, bias=False, norm_position="pre"),
+    dict(attention="softmax", positions="none", local_window=5, global_every=2, relative_attention_buckets=8,
+         relative_attention_max_distance=12),
 ]
 
 
@@ -186,7 +192,8 @@ def test_quantize_needs_a_float32_export(tmp_path):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
 
 
-@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False, positions="rotary"),
+@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False, positions="rotary",
+                                            local_window=4, global_every=2),
                                        dict(activation="silu", ffn_gated=True, relative_attention_buckets=8,
                                             relative_attention_max_distance=12)])
 def test_new_feed_forwards_export_with_standard_ops_too(overrides, tmp_path):
@@ -214,6 +221,16 @@ def test_relative_bias_is_the_fused_kernels_attention_bias_input(tmp_path):
     assert len({n.input[5] for n in attention}) == 1  # one (1, H, N, N) bias, computed once for all layers
     # nothing stored grows with the sequence: the bucket lookup is max_distance + 1 entries
     assert max(int(np.prod(t.dims)) for t in model.graph.initializer) <= cfg.vocab_size * cfg.hidden_size
+
+
+def test_local_layers_get_the_window_as_attention_bias_and_global_layers_none(tmp_path):
+    cfg = preset("tiny", local_window=4, global_every=2, num_layers=4)
+    path = tmp_path / "m.onnx"
+    export(cfg, path, parity=False)
+    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "MultiHeadAttention"]
+    biased = [len(n.input) > 5 and n.input[5] != "" for n in attention]
+    assert biased == [False, True, False, True]
+    assert len({n.input[5] for n in attention if len(n.input) > 5}) == 1  # one (1, 1, N, N) window for all
 
 
 def test_bad_text_options_are_refused_before_tracing(tmp_path, monkeypatch):

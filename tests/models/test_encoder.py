@@ -26,6 +26,12 @@ def variants():
     for base, positions in zip(combos[0:8:4], ["none", "learned"]):
         combos.append({**base, "positions": positions, "relative_attention_buckets": 8,
                        "relative_attention_max_distance": 6})
+    # local windows with global layers every k (softmax only), alone, with rotary and its own
+    # local theta, and with a relative bias; 3 layers: global, local, local
+    for base, extra in zip(combos[0:12:4], [dict(positions="none"), dict(positions="rotary", rotary_theta_local=100.0),
+                                            dict(positions="none", relative_attention_buckets=8,
+                                                 relative_attention_max_distance=6)]):
+        combos.append({**base, **extra, "local_window": 2, "global_every": 3, "num_layers": 3})
     # rotary positions, for every attention kind in both norm positions
     combos += [{**base, "positions": "rotary"} for base in combos[8:16]]
     return combos
@@ -52,6 +58,7 @@ def forward(model, x, mask, types=None):
 def test_covering_set_covers_every_option():
     seen = {key: {c.get(key) for c in VARIANTS} for key in VARIANTS[0]}
     assert {c["attention"] for c in VARIANTS if c.get("relative_attention_buckets")} == {"softmax"}
+    assert {c["attention"] for c in VARIANTS if c.get("local_window")} == {"softmax"}
     assert {(c["attention"], c["norm_position"]) for c in VARIANTS if c["positions"] == "rotary"} == {
         (a, p) for a in ATTENTION_KINDS for p in ("post", "pre")}
     assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none", "rotary"}
@@ -247,3 +254,33 @@ def test_rotary_sees_order_but_not_where_the_sequence_starts(attention):
     out = forward(model, x, mask)["last_hidden_state"]
     flipped = forward(model, x.flip(1), mask)["last_hidden_state"].flip(1)
     assert (out - flipped).abs().max() > 1e-3
+
+
+def test_window_bias_is_modernberts_sliding_window():
+    from ortformer.models.layers import window_bias
+
+    for window, n in [(4, 9), (5, 9), (128, 300)]:
+        bias = window_bias(n, window, torch.zeros(1))
+        rows = torch.arange(n).unsqueeze(0)
+        inside = (torch.abs(rows - rows.T) <= window // 2)[None, None]  # ModernBERT's window_mask
+        assert bias.shape == (1, 1, n, n)
+        assert torch.equal(bias == 0, inside) and (bias[~inside] == torch.finfo(torch.float32).min).all()
+
+
+def test_local_layers_follow_global_every_and_see_only_their_window():
+    cfg = preset("tiny", local_window=4, global_every=3, num_layers=7, positions="none")
+    model = build_encoder(cfg, seed=3)
+    assert model.local_layers == [1, 2, 4, 5]
+    from ortformer.models.layers import window_bias
+
+    block, n = model.blocks[1], 9
+    x = torch.randn(1, n, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    y = x.clone()
+    y[0, 8] += 1.0  # a key outside the window of tokens 0..5 (|i - 8| > 2)
+    mask = torch.ones(1, n, dtype=torch.bool)
+    with torch.no_grad():
+        a, b = (block(t, mask, window_bias(n, 4, t)) for t in (x, y))
+        unwindowed = block(y, mask) - block(x, mask)
+    torch.testing.assert_close(a[0, :6], b[0, :6], rtol=0, atol=1e-6)
+    assert (a[0, 6:] - b[0, 6:]).abs().amax(dim=-1).min() > 1e-4  # tokens 6, 7, 8 do see it
+    assert unwindowed[0, :6].abs().max() > 1e-4  # and a global layer would have
