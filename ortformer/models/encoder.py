@@ -71,13 +71,13 @@ class Encoder(nn.Module):
         key_mask = attention_mask != 0  # (B, N) bool
         n = x.shape[1]
         relative = self.relative(n).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
-        rotary = self.rotary(n) if self.rotary is not None else None  # cos, sin: each (N, D)
+        rotary = self.rotary(n, x.device) if self.rotary is not None else None  # cos, sin: each (N, D)
         local_bias, local_rotary = relative, rotary
         if self.local_layers:  # every bias and table once per call, shared by the layers of its kind
             window = window_bias(n, cfg.local_window, x)  # (1, 1, N, N)
             # masked_fill, not add: lowest + a negative bias would overflow to -inf in float16
             local_bias = window if relative is None else relative.masked_fill(window < 0, torch.finfo(x.dtype).min)
-            local_rotary = self.rotary_local(n) if self.rotary_local is not None else rotary
+            local_rotary = self.rotary_local(n, x.device) if self.rotary_local is not None else rotary
         for l, block in enumerate(self.blocks):
             if l in self.local_layers:
                 x = block(x, key_mask, local_bias, local_rotary)

@@ -167,13 +167,15 @@ class Rotary(nn.Module):
 
     def __init__(self, head_size: int, theta: float):
         super().__init__()
-        # the same float32 arithmetic as transformers' default rope init
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_size, 2, dtype=torch.int64).float() / head_size))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
+        self.head_size, self.theta = head_size, theta
 
-    def forward(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        position = torch.arange(n, device=self.inv_freq.device, dtype=torch.float32)
-        angles = position[:, None] * self.inv_freq[None, :]  # (N, D/2)
+    def forward(self, n: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # float32 always, and the same arithmetic as transformers' default rope init; not a
+        # buffer, which model.half() would round (at position 512 an angle moves by ~0.25 rad)
+        d = self.head_size
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+        position = torch.arange(n, device=device, dtype=torch.float32)
+        angles = position[:, None] * inv_freq[None, :]  # (N, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (N, D)
         return angles.cos(), angles.sin()
 

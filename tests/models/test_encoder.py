@@ -284,3 +284,11 @@ def test_local_layers_follow_global_every_and_see_only_their_window():
     torch.testing.assert_close(a[0, :6], b[0, :6], rtol=0, atol=1e-6)
     assert (a[0, 6:] - b[0, 6:]).abs().amax(dim=-1).min() > 1e-4  # tokens 6, 7, 8 do see it
     assert unwindowed[0, :6].abs().max() > 1e-4  # and a global layer would have
+
+
+def test_rotary_tables_stay_float32_in_a_half_model():
+    cfg = preset("tiny", positions="rotary", max_positions=512)
+    model = build_encoder(cfg)
+    half = build_encoder(cfg).half()
+    for a, b in zip(model.rotary(512), half.rotary(512)):
+        assert b.dtype == torch.float32 and torch.equal(a, b)
