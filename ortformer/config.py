@@ -195,7 +195,7 @@ def _check_variants(cfg: EncoderConfig) -> None:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
     for name in ("rotary_theta", "rotary_theta_local"):
         value = getattr(cfg, name)
-        if not math.isfinite(value) or value < 0 or (name == "rotary_theta" and value <= 1):
+        if not math.isfinite(value) or value < 0 or ((name == "rotary_theta" or value) and value <= 1):
             raise ConfigError(f"{name}={value} must be a finite number > 1" + (" (or 0 = rotary_theta)" if name.endswith("local") else ""))
     if cfg.positions == "rotary" and cfg.head_size % 2:
         raise ConfigError(f"positions='rotary' rotates dimension pairs: head size {cfg.head_size} must be even")
@@ -211,8 +211,16 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "already arrives hidden_size wide")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
-    if cfg.relative_attention_buckets and cfg.relative_attention_buckets < 2:
-        raise ConfigError("relative_attention_buckets must be 0 (off) or >= 2 (one half per direction)")
+    if cfg.relative_attention_buckets:
+        # per direction buckets // 2, of which buckets // 4 are exact distances: with fewer
+        # than 4 no distance is exact and the logarithmic part divides by log(max_distance / 0)
+        if cfg.relative_attention_buckets < 4:
+            raise ConfigError(f"relative_attention_buckets={cfg.relative_attention_buckets} must be 0 (off) or >= 4 "
+                              "(half per direction, half of each exact distances)")
+        exact = cfg.relative_attention_buckets // 4
+        if cfg.relative_attention_max_distance <= exact:
+            raise ConfigError(f"relative_attention_max_distance={cfg.relative_attention_max_distance} must exceed the "
+                              f"{exact} exact distances of relative_attention_buckets={cfg.relative_attention_buckets}")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):
@@ -221,6 +229,8 @@ def _check_variants(cfg: EncoderConfig) -> None:
                     "the (N, N) score matrix that a per-pair bias or window acts on")
     if cfg.rotary_theta_local and not cfg.local_window:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
+    if cfg.rotary_theta_local and cfg.positions != "rotary":
+        raise ConfigError(f"rotary_theta_local needs positions='rotary', got positions={cfg.positions!r}")
     if cfg.local_window and cfg.global_every == 1:
         raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
 

@@ -6,6 +6,7 @@ D = head size, L = layers:
 - feed-forward: 2 F ffn_size weights + ffn_size + F biases per layer; a gated FFN's
   up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
 - bias=False: no Linear biases, and LayerNorm keeps only its weight
+- a relative position bias: one buckets x H table
 - embeddings: vocab x E tokens, max_positions x E learned positions, types x E
   (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
 FLOPs count a multiply-add as 2.
@@ -43,6 +44,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "attention_biases": L * 4 * F if cfg.bias else 0,
         "ffn_weights": L * (F * up + cfg.ffn_size * F),
         "ffn_biases": L * (up + F) if cfg.bias else 0,
+        # MPNet-style relative position bias: one (buckets, H) table shared by all layers
+        "relative_attention_bias": cfg.relative_attention_buckets * cfg.num_heads,
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
     }

@@ -63,9 +63,18 @@ def test_export_json_report(tmp_path):
 
 def test_variant_flags_reach_the_config(tmp_path):
     data = json.loads(invoke("export", "--preset", "tiny", "--layers", "1", "--ffn-gated", "--activation", "silu",
-                             "--no-bias", "--no-parity", "-o", tmp_path / "m.onnx", "--json").stdout)
+                             "--no-bias", "--relative-buckets", "8", "--relative-max-distance", "12",
+                             "--positions", "rotary", "--rotary-theta", "160000", "--rotary-theta-local", "10000",
+                             "--local-window", "8", "--global-every", "3",
+                             "--no-parity", "-o", tmp_path / "m.onnx", "--json").stdout)
     config = data["config"]
     assert (config["ffn_gated"], config["activation"], config["bias"]) == (True, "silu", False)
+    assert (config["relative_attention_buckets"], config["relative_attention_max_distance"]) == (8, 12)
+    assert (config["positions"], config["rotary_theta"], config["rotary_theta_local"]) == ("rotary", 160000.0, 10000.0)
+    assert (config["local_window"], config["global_every"]) == (8, 3)
+    stderr = fail("export", "--preset", "tiny", "--attention", "linear", "--relative-buckets", "8",
+                  "-o", tmp_path / "x.onnx")
+    assert "needs attention='softmax'" in stderr and not (tmp_path / "x.onnx").exists()
 
 
 def test_existing_file_needs_force(tmp_path):

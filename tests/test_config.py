@@ -45,6 +45,14 @@ def test_every_field_has_a_reason_comment():
     ({"positions": "sinusoidal", "hidden_size": 33, "num_heads": 3}, "sinusoidal", "even"),
     ({"vocab_size": 0, "type_vocab_size": 2}, "type_vocab_size", "vocab_size > 0"),
     ({"pooling": "none", "normalize_embeddings": True}, "normalize_embeddings", "pooling"),
+    ({"relative_attention_buckets": 2}, "relative_attention_buckets=2", ">= 4"),
+    ({"relative_attention_buckets": 32, "relative_attention_max_distance": 8}, "relative_attention_max_distance=8",
+     "8 exact distances"),
+    ({"relative_attention_buckets": 32, "attention": "linear"}, "relative_attention_buckets=32", "softmax"),
+    ({"local_window": 8, "global_every": 3, "attention": "cosine"}, "local_window=8", "softmax"),
+    ({"local_window": 8}, "global_every=1", "global_every >= 2"),
+    ({"rotary_theta_local": 10.0, "local_window": 8, "global_every": 3}, "rotary_theta_local", "positions='rotary'"),
+    ({"rotary_theta_local": 0.5, "positions": "rotary"}, "rotary_theta_local=0.5", "> 1"),
 ])
 def test_invalid_values_name_the_field_and_valid_choices(changes, field, valid):
     with pytest.raises(ConfigError) as err:

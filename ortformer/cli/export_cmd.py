@@ -24,7 +24,9 @@ FLAG_FIELDS = {
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
     "position_offset": "position_offset", "position_ids": "position_ids", "embedding_size": "embedding_size",
     "embedding_norm": "embedding_norm",
-    "ffn_gated": "ffn_gated", "bias": "bias",
+    "ffn_gated": "ffn_gated", "bias": "bias", "relative_buckets": "relative_attention_buckets",
+    "relative_max_distance": "relative_attention_max_distance", "rotary_theta": "rotary_theta",
+    "rotary_theta_local": "rotary_theta_local", "local_window": "local_window", "global_every": "global_every",
 }
 
 
@@ -113,6 +115,18 @@ def architecture_options(func):
         click.option("--ffn-gated/--no-ffn-gated", default=None,
                      help="Gated feed-forward W2(act(a) * g): GeGLU with --activation gelu, SwiGLU with silu."),
         click.option("--bias/--no-bias", default=None, help="Biases in every Linear and LayerNorm (ModernBERT has none)."),
+        click.option("--rotary-theta", type=float,
+                     help="Rotary base theta with --positions rotary (default 10000)."),
+        click.option("--rotary-theta-local", type=float,
+                     help="Rotary theta of the local layers (ModernBERT: 10000 against 160000 global); 0 = --rotary-theta."),
+        click.option("--local-window", type=click.IntRange(min=0),
+                     help="Sliding-window attention: local layers see keys with |i - j| <= W // 2; 0 = off. Softmax only."),
+        click.option("--global-every", type=click.IntRange(min=1),
+                     help="With --local-window: layer l is global when l mod K == 0 (ModernBERT: 3)."),
+        click.option("--relative-buckets", type=click.IntRange(min=0),
+                     help="MPNet/T5 relative position bias with this many buckets (e.g. 32); 0 = off. Softmax only."),
+        click.option("--relative-max-distance", type=click.IntRange(min=1),
+                     help="Distance where relative buckets stop growing (default 128)."),
     ]
     for option in reversed(options):
         func = option(func)

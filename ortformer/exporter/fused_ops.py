@@ -3,6 +3,10 @@
 - masked_softmax_attention becomes ``com.microsoft.MultiHeadAttention`` with a (B, N)
   int32 key padding mask: one kernel per layer instead of MatMul -> Add -> Softmax ->
   MatMul with (B, H, N, N) intermediates in the graph.
+- biased_softmax_attention (a relative position bias, a local window) becomes the same
+  kernel with its attention_bias input.
+- rotary_heads (rotary positions of softmax models) becomes ``com.microsoft.RotaryEmbedding``,
+  one kernel instead of Split/Neg/Concat/Mul/Mul/Add per q and k.
 - aten.gelu becomes ``com.microsoft.Gelu``: the exporter's erf decomposition
   (x * 0.5 * (1 + erf(x * 0.7071))) is not matched by onnxruntime's GeluFusion, while
   a Gelu node lets onnxruntime fold the preceding bias Add into BiasGelu.
@@ -27,7 +31,8 @@ def _mha_schema() -> OpSchema:
         "MultiHeadAttention", "com.microsoft", 1,
         inputs=[param("query", "T"), param("key", "T", param_option=optional),
                 param("value", "T", param_option=optional), param("bias", "T", param_option=optional),
-                param("key_padding_mask", "M", param_option=optional)],
+                param("key_padding_mask", "M", param_option=optional),
+                param("attention_bias", "T", param_option=optional)],
         outputs=[param("output", "T")],
         type_constraints=[("T", ["tensor(float)", "tensor(float16)"], ""), ("M", ["tensor(int32)"], "")],
         attributes=[OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "", required=True)],
@@ -35,6 +40,21 @@ def _mha_schema() -> OpSchema:
 
 
 MULTI_HEAD_ATTENTION = onnxscript.values.Op(MICROSOFT, "MultiHeadAttention", _mha_schema())
+
+
+def _rotary_schema() -> OpSchema:
+    param = OpSchema.FormalParameter
+    return OpSchema(
+        "RotaryEmbedding", "com.microsoft", 1,
+        inputs=[param("input", "T"), param("position_ids", "M"), param("cos_cache", "T"), param("sin_cache", "T")],
+        outputs=[param("output", "T")],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)"], ""), ("M", ["tensor(int64)"], "")],
+        attributes=[OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "", required=True),
+                    OpSchema.Attribute("interleaved", OpSchema.AttrType.INT, "", required=True)],
+    )
+
+
+ROTARY_EMBEDDING = onnxscript.values.Op(MICROSOFT, "RotaryEmbedding", _rotary_schema())
 
 
 def _unary_schema(name: str) -> OpSchema:
@@ -57,7 +77,26 @@ def multi_head_attention(q, k, v, key_mask, num_heads: int):
     return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
 
 
+def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
+    """As multi_head_attention, plus an additive (1|B, 1|H, N, N) attention_bias (input 5),
+    which onnxruntime broadcasts over batch and heads."""
+    return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), scores_bias,
+                                num_heads=num_heads)
+
+
+def rotary_heads(x, cos, sin, num_heads: int):
+    """(B, N, F) x and (N, D) tables -> (B, N, F). RotaryEmbedding takes the first D/2
+    columns (the angles; the second half repeats them) as caches, and a (1,) position_ids
+    meaning positions 0..N-1; interleaved=0 is the rotate-half convention."""
+    start, half, axis = op.Constant(value_ints=[0]), op.Div(op.Shape(cos, start=1), op.Constant(value_ints=[2])), \
+        op.Constant(value_ints=[1])
+    return ROTARY_EMBEDDING(x, op.Constant(value_ints=[0]), op.Slice(cos, start, half, axis),
+                            op.Slice(sin, start, half, axis), num_heads=num_heads, interleaved=0)
+
+
 TRANSLATIONS = {
     torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
+    torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
+    torch.ops.ortformer.rotary_heads.default: rotary_heads,
     torch.ops.aten.gelu.default: gelu,
 }

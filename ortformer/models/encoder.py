@@ -7,7 +7,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, Positions, make_norm
+from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_norm, window_bias
 
 
 class Block(nn.Module):
@@ -27,11 +27,12 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attention(self.norm1(x), key_mask)
+            x = x + self.attention(self.norm1(x), key_mask, scores_bias, rotary)
             return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.attention(x, key_mask))
+        x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary))
         return self.norm2(x + self.ffn(x))
 
 
@@ -61,6 +62,12 @@ class Encoder(nn.Module):
         self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
         self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
+        # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
+        self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
+        self.rotary = Rotary(cfg.head_size, cfg.rotary_theta) if cfg.positions == "rotary" else None
+        # local (sliding-window) layers: l % global_every != 0; they may rotate with their own theta
+        self.local_layers = [l for l in range(cfg.num_layers) if cfg.local_window and l % cfg.global_every]
+        self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local) if cfg.rotary_theta_local else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -76,8 +83,20 @@ class Encoder(nn.Module):
         if self.project is not None:
             x = self.project(x)  # (B, N, F)
         key_mask = attention_mask != 0  # (B, N) bool
-        for block in self.blocks:
-            x = block(x, key_mask)
+        n = x.shape[1]
+        relative = self.relative(n).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
+        rotary = self.rotary(n, x.device) if self.rotary is not None else None  # cos, sin: each (N, D)
+        local_bias, local_rotary = relative, rotary
+        if self.local_layers:  # every bias and table once per call, shared by the layers of its kind
+            window = window_bias(n, cfg.local_window, x)  # (1, 1, N, N)
+            # masked_fill, not add: lowest + a negative bias would overflow to -inf in float16
+            local_bias = window if relative is None else relative.masked_fill(window < 0, torch.finfo(x.dtype).min)
+            local_rotary = self.rotary_local(n, x.device) if self.rotary_local is not None else rotary
+        for l, block in enumerate(self.blocks):
+            if l in self.local_layers:
+                x = block(x, key_mask, local_bias, local_rotary)
+            else:
+                x = block(x, key_mask, relative, rotary)
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}

@@ -122,3 +122,99 @@ class Positions(nn.Module):
         if self.kind == "sinusoidal":
             return x + self.table[:n].to(x.dtype)
         return x
+
+
+def relative_position_bucket(relative_position: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5/MPNet bidirectional buckets of relative_position = j - i (key minus query).
+
+    num_buckets // 2 buckets per direction (keys after the query take the upper half);
+    in each, distances below half of them are exact and the rest grow logarithmically
+    up to max_distance, beyond which they share the last bucket. The same arithmetic as
+    transformers' MPNet ``relative_position_bucket``, so the buckets are bit-identical.
+    """
+    ret = 0
+    n = -relative_position
+    num_buckets //= 2
+    ret = ret + (n < 0).to(torch.long) * num_buckets
+    n = torch.abs(n)
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    val_if_large = max_exact + (
+        torch.log(n.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).to(torch.long)
+    val_if_large = torch.min(val_if_large, torch.full_like(val_if_large, num_buckets - 1))
+    return ret + torch.where(is_small, n, val_if_large)
+
+
+class RelativePositionBias(nn.Module):
+    """bias[0, h, i, j] = table[bucket(j - i), h]: shape (1, H, N, N), shared by every layer.
+
+    The bucket of a distance is looked up in a (max_distance + 1) table computed once
+    here by relative_position_bucket, instead of running its log in the graph: onnxruntime's
+    Log and torch's may differ by an ulp exactly where the float lands on a bucket
+    boundary (16, 32, 64 with MPNet's 32/128), which would move a token to another bucket.
+    Distances beyond max_distance all share the last bucket, so the table is exact.
+    """
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.half = cfg.relative_attention_buckets // 2
+        self.max_distance = cfg.relative_attention_max_distance
+        distance = torch.arange(self.max_distance + 1)
+        # a distance d with the key before the query: no direction offset
+        buckets = relative_position_bucket(-distance, cfg.relative_attention_buckets, self.max_distance)
+        self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
+        self.table = nn.Embedding(cfg.relative_attention_buckets, cfg.num_heads)
+
+    def forward(self, n: int) -> torch.Tensor:
+        position = torch.arange(n, device=self.table.weight.device)
+        query_minus_key = position[:, None] - position[None, :]  # (N, N): i - j
+        buckets = (query_minus_key < 0).to(torch.long) * self.half \
+            + self.bucket_of_distance[query_minus_key.abs().clamp(max=self.max_distance)]
+        return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, N, N)
+
+
+class Rotary(nn.Module):
+    """Rotary position tables, rotate-half convention (transformers' LLaMA/GPT-NeoX/ModernBERT).
+
+    Dimension pairs (d, d + D/2) of a head turn by the angle p * theta^(-2d/D) at position
+    p = the sequence index. forward(n) -> (cos, sin), each (N, D): the angles for d < D/2,
+    repeated for the second half. Computed from the position index in the graph, so
+    nothing stored grows with max_positions.
+    """
+
+    def __init__(self, head_size: int, theta: float):
+        super().__init__()
+        self.head_size, self.theta = head_size, theta
+
+    def forward(self, n: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # float32 always, and the same arithmetic as transformers' default rope init; not a
+        # buffer, which model.half() would round (at position 512 an angle moves by ~0.25 rad)
+        d = self.head_size
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+        position = torch.arange(n, device=device, dtype=torch.float32)
+        angles = position[:, None] * inv_freq[None, :]  # (N, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (N, D)
+        return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """R_p x = x * cos + rotate_half(x) * sin, rotate_half([x1, x2]) = [-x2, x1].
+
+    x (..., N, D) with cos, sin (N, D); or x (B, N, H, D) with cos, sin (N, 1, D).
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos.to(x.dtype) + torch.cat([-x2, x1], dim=-1) * sin.to(x.dtype)
+
+
+def window_bias(n: int, window: int, like: torch.Tensor) -> torch.Tensor:
+    """0 where |i - j| <= window // 2, the lowest float elsewhere: (1, 1, N, N) in like's dtype.
+
+    ModernBERT's sliding window (local_attention // 2 on each side), built from the
+    position index; added to the scores of local layers.
+    """
+    position = torch.arange(n, device=like.device)
+    inside = (position[:, None] - position[None, :]).abs() <= window // 2  # (N, N)
+    zeros = torch.zeros(n, n, dtype=like.dtype, device=like.device)
+    return zeros.masked_fill(~inside, torch.finfo(like.dtype).min)[None, None]

@@ -23,11 +23,21 @@ COVERING = [
     dict(attention="cosine", norm="rmsnorm", norm_position="post", positions="learned", pooling="none"),
     dict(attention="linear", vocab_size=0, type_vocab_size=0, positions="learned", normalize_embeddings=True),
     dict(attention="softmax", vocab_size=0, type_vocab_size=0, norm="rmsnorm", positions="sinusoidal", pooling="none"),
-    # SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models, for every attention kind
-    dict(attention="softmax", ffn_gated=True, activation="silu", bias=False),
-    dict(attention="linear", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
-    dict(attention="efficient", ffn_gated=True, activation="gelu_tanh"),
-    dict(attention="cosine", activation="silu", bias=False, norm="rmsnorm"),
+    # rotary positions, SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models,
+    # for every attention kind
+    dict(attention="softmax", positions="rotary", ffn_gated=True, activation="silu", bias=False),
+    dict(attention="linear", positions="rotary", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
+    dict(attention="efficient", positions="rotary", ffn_gated=True, activation="gelu_tanh", bias=False),
+    dict(attention="cosine", positions="rotary", ffn_gated=True, activation="silu", bias=False, norm="rmsnorm"),
+    # softmax only: a relative position bias (the grid's 64 tokens pass max_distance)
+    dict(attention="softmax", relative_attention_buckets=8, relative_attention_max_distance=12, positions="none",
+         norm_position="pre"),
+    # softmax only: local windows with a global layer every k (ModernBERT-like: rotary with its
+    # own local theta, GeGLU, no biases, pre-norm), and a window over a relative bias
+    dict(attention="softmax", positions="rotary", rotary_theta=160000.0, rotary_theta_local=10000.0, local_window=6,
+         global_every=2, num_layers=3, ffn_gated=True, bias=False, norm_position="pre"),
+    dict(attention="softmax", positions="none", local_window=5, global_every=2, relative_attention_buckets=8,
+         relative_attention_max_distance=12),
 ]
 
 
@@ -185,8 +195,10 @@ def test_quantize_needs_a_float32_export(tmp_path):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
 
 
-@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False),
-                                       dict(activation="silu", ffn_gated=True)])
+@pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False, positions="rotary",
+                                            local_window=4, global_every=2),
+                                       dict(activation="silu", ffn_gated=True, relative_attention_buckets=8,
+                                            relative_attention_max_distance=12)])
 def test_new_feed_forwards_export_with_standard_ops_too(overrides, tmp_path):
     path = tmp_path / "plain.onnx"
     export(preset("tiny", **overrides), path, fused_ops=False)  # passes the gate
@@ -201,6 +213,31 @@ def test_fused_ops_are_contrib_kernels_and_can_be_turned_off(tmp_path):
     contrib = {(n.domain, n.op_type) for n in onnx.load(str(fused)).graph.node if n.domain}
     assert contrib == {("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "Gelu")}
     assert all(n.domain in ("", "ai.onnx") for n in onnx.load(str(plain)).graph.node)
+
+
+def test_relative_bias_is_the_fused_kernels_attention_bias_input(tmp_path):
+    cfg = preset("tiny", relative_attention_buckets=8, relative_attention_max_distance=12)
+    path = tmp_path / "m.onnx"
+    export(cfg, path, parity=False)
+    model = onnx.load(str(path))
+    attention = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+    assert len(attention) == cfg.num_layers
+    assert len({n.input[5] for n in attention}) == 1  # one (1, H, N, N) bias, computed once for all layers
+    # nothing stored grows with the sequence: the bucket lookup is max_distance + 1 entries
+    assert max(int(np.prod(t.dims)) for t in model.graph.initializer) <= cfg.vocab_size * cfg.hidden_size
+
+
+def test_local_layers_get_the_window_as_attention_bias_and_global_layers_none(tmp_path):
+    cfg = preset("tiny", local_window=4, global_every=2, num_layers=4, positions="rotary")
+    path = tmp_path / "m.onnx"
+    export(cfg, path, parity=False)
+    nodes = onnx.load(str(path)).graph.node
+    # rotary q and k of softmax models run in onnxruntime's RotaryEmbedding kernel
+    assert [n.domain for n in nodes if n.op_type == "RotaryEmbedding"] == ["com.microsoft"] * 2 * cfg.num_layers
+    attention = [n for n in nodes if n.op_type == "MultiHeadAttention"]
+    biased = [len(n.input) > 5 and n.input[5] != "" for n in attention]
+    assert biased == [False, True, False, True]
+    assert len({n.input[5] for n in attention if len(n.input) > 5}) == 1  # one (1, 1, N, N) window for all
 
 
 def test_bad_text_options_are_refused_before_tracing(tmp_path, monkeypatch):
@@ -235,3 +272,20 @@ def test_check_file_holds_the_graph_to_the_contract(tokens_model, tmp_path):
     onnx.save(model, str(broken))
     with pytest.raises(ExportError, match="breaks the contract.*last_hidden_state has shape"):
         check_file(broken, cfg)
+
+
+def test_rotary_and_relative_tables_come_from_the_position_index(tmp_path):
+    """A million-position model stores nothing per position (a sinusoid table would be 128 MB here)."""
+    cfg = preset("tiny", positions="rotary", relative_attention_buckets=8, relative_attention_max_distance=12,
+                 max_positions=1 << 20)
+    path, short = tmp_path / "m.onnx", tmp_path / "short.onnx"
+    export(cfg, path, parity=False)
+    export(cfg.replace(max_positions=64), short, parity=False)
+    assert path.stat().st_size - short.stat().st_size < 1000
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, 600))
+    mask, types = np.ones_like(ids), np.zeros_like(ids)
+    got = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+    with torch.no_grad():
+        want = build_encoder(cfg)(*(torch.from_numpy(a) for a in (ids, mask, types)))["last_hidden_state"]
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-4)

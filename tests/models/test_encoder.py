@@ -21,6 +21,19 @@ def variants():
             type_vocab_size=2 if vocab else 0, pooling=["mean", "cls", "none"][(i // 4) % 3],
             ffn_gated=bool((i // 5) % 2), bias=not (i // 6) % 2,
         ))
+    # softmax-only variants: a relative position bias (buckets 8, so the grid's lengths
+    # reach the logarithmic buckets and beyond max_distance)
+    for base, positions in zip(combos[0:8:4], ["none", "learned"]):
+        combos.append({**base, "positions": positions, "relative_attention_buckets": 8,
+                       "relative_attention_max_distance": 6})
+    # local windows with global layers every k (softmax only), alone, with rotary and its own
+    # local theta, and with a relative bias; 3 layers: global, local, local
+    for base, extra in zip(combos[0:12:4], [dict(positions="none"), dict(positions="rotary", rotary_theta_local=100.0),
+                                            dict(positions="none", relative_attention_buckets=8,
+                                                 relative_attention_max_distance=6)]):
+        combos.append({**base, **extra, "local_window": 2, "global_every": 3, "num_layers": 3})
+    # rotary positions, for every attention kind in both norm positions
+    combos += [{**base, "positions": "rotary"} for base in combos[8:16]]
     return combos
 
 
@@ -43,8 +56,12 @@ def forward(model, x, mask, types=None):
 
 
 def test_covering_set_covers_every_option():
-    seen = {key: {c[key] for c in VARIANTS} for key in VARIANTS[0]}
-    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none"}
+    seen = {key: {c.get(key) for c in VARIANTS} for key in VARIANTS[0]}
+    assert {c["attention"] for c in VARIANTS if c.get("relative_attention_buckets")} == {"softmax"}
+    assert {c["attention"] for c in VARIANTS if c.get("local_window")} == {"softmax"}
+    assert {(c["attention"], c["norm_position"]) for c in VARIANTS if c["positions"] == "rotary"} == {
+        (a, p) for a in ATTENTION_KINDS for p in ("post", "pre")}
+    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none", "rotary"}
     assert seen["norm_position"] == {"post", "pre"} and seen["vocab_size"] == {100, 0}
     assert seen["activation"] == set(ACTIVATIONS)
     for attention in ATTENTION_KINDS:
@@ -69,8 +86,9 @@ def test_padding_invariance_right_and_left(overrides):
         mask[1, :] = 1  # a neighbour row of full length shares the batch
         batch_x = torch.cat([padded_x, make_inputs(cfg, 1, total, seed=4)], 0)
         # positions count from the first column, so left padding shifts positions:
-        # invariance to left padding holds only without position information
-        if side == "left" and cfg.positions != "none":
+        # invariance to left padding holds only without absolute position information
+        # (relative biases, rotary and windows see i - j alone)
+        if side == "left" and cfg.positions in ("learned", "sinusoidal"):
             continue
         out = forward(model, batch_x, mask)
         torch.testing.assert_close(out["last_hidden_state"][0, keep], alone["last_hidden_state"][0], rtol=0, atol=1e-5)
@@ -196,3 +214,81 @@ def test_no_bias_leaves_no_bias_anywhere():
     assert not [n for n in names if n.endswith(".bias")], names
     x = torch.randn(1, 4, 32)
     torch.testing.assert_close(model.norm(x), torch.nn.functional.layer_norm(x, (32,), model.norm.weight, None, 1e-5))
+
+
+def test_relative_buckets_equal_transformers_mpnet():
+    from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+    from ortformer.models.layers import RelativePositionBias
+
+    for buckets, distance, n in [(32, 128, 300), (8, 6, 40), (6, 3, 20)]:
+        cfg = preset("tiny", relative_attention_buckets=buckets, relative_attention_max_distance=distance,
+                     max_positions=512)
+        module = build_encoder(cfg).relative
+        position = torch.arange(n)
+        want = MPNetEncoder.relative_position_bucket(position[None, :] - position[:, None], buckets, distance)
+        with torch.no_grad():
+            bias = module(n)
+        assert bias.shape == (1, cfg.num_heads, n, n)
+        torch.testing.assert_close(bias, module.table.weight[want].permute(2, 0, 1)[None], rtol=0, atol=0)
+        # every bucket is reached but the upper half's first: distance 0 has no direction
+        assert set(want.flatten().tolist()) == set(range(buckets - buckets % 2)) - {buckets // 2}
+
+
+def test_relative_bias_changes_the_output_and_is_in_the_parameter_count():
+    cfg = preset("tiny", relative_attention_buckets=8, relative_attention_max_distance=6)
+    model, plain = build_encoder(cfg, seed=1), build_encoder(cfg.replace(relative_attention_buckets=0), seed=1)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("relative.")})
+    x, mask = make_inputs(cfg, 1, 9), torch.ones(1, 9, dtype=torch.long)
+    assert (forward(model, x, mask)["last_hidden_state"] - forward(plain, x, mask)["last_hidden_state"]).abs().max() > 1e-3
+    assert parameter_count(cfg) == sum(p.numel() for p in model.parameters()) == parameter_count(plain.config) + 8 * 4
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_rotary_sees_order_but_not_where_the_sequence_starts(attention):
+    """Rotary makes the output depend on order; with position = index, a shift of the whole
+    sequence (left padding) changes nothing, for the linear family too (numerator only)."""
+    cfg = preset("tiny", attention=attention, positions="rotary")
+    model = build_encoder(cfg, seed=2)
+    x, mask = make_inputs(cfg, 1, 6), torch.ones(1, 6, dtype=torch.long)
+    out = forward(model, x, mask)["last_hidden_state"]
+    flipped = forward(model, x.flip(1), mask)["last_hidden_state"].flip(1)
+    assert (out - flipped).abs().max() > 1e-3
+
+
+def test_window_bias_is_modernberts_sliding_window():
+    from ortformer.models.layers import window_bias
+
+    for window, n in [(4, 9), (5, 9), (128, 300)]:
+        bias = window_bias(n, window, torch.zeros(1))
+        rows = torch.arange(n).unsqueeze(0)
+        inside = (torch.abs(rows - rows.T) <= window // 2)[None, None]  # ModernBERT's window_mask
+        assert bias.shape == (1, 1, n, n)
+        assert torch.equal(bias == 0, inside) and (bias[~inside] == torch.finfo(torch.float32).min).all()
+
+
+def test_local_layers_follow_global_every_and_see_only_their_window():
+    cfg = preset("tiny", local_window=4, global_every=3, num_layers=7, positions="none")
+    model = build_encoder(cfg, seed=3)
+    assert model.local_layers == [1, 2, 4, 5]
+    from ortformer.models.layers import window_bias
+
+    block, n = model.blocks[1], 9
+    x = torch.randn(1, n, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    y = x.clone()
+    y[0, 8] += 1.0  # a key outside the window of tokens 0..5 (|i - 8| > 2)
+    mask = torch.ones(1, n, dtype=torch.bool)
+    with torch.no_grad():
+        a, b = (block(t, mask, window_bias(n, 4, t)) for t in (x, y))
+        unwindowed = block(y, mask) - block(x, mask)
+    torch.testing.assert_close(a[0, :6], b[0, :6], rtol=0, atol=1e-6)
+    assert (a[0, 6:] - b[0, 6:]).abs().amax(dim=-1).min() > 1e-4  # tokens 6, 7, 8 do see it
+    assert unwindowed[0, :6].abs().max() > 1e-4  # and a global layer would have
+
+
+def test_rotary_tables_stay_float32_in_a_half_model():
+    cfg = preset("tiny", positions="rotary", max_positions=512)
+    model = build_encoder(cfg)
+    half = build_encoder(cfg).half()
+    for a, b in zip(model.rotary(512), half.rotary(512)):
+        assert b.dtype == torch.float32 and torch.equal(a, b)
