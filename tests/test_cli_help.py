@@ -23,7 +23,10 @@ def examples(command: click.Command) -> list[list[str]]:
     for line in lines[1].splitlines() if len(lines) == 2 else []:
         line = line.strip().split("| ")[-1]
         if line.startswith("ortformer "):
-            found.append(shlex.split(line)[1:])
+            words = shlex.split(line)
+            # a shell redirection ends the command's own arguments
+            redirect = next((i for i, w in enumerate(words) if w in (">", ">>", "<", "2>")), len(words))
+            found.append(words[1:redirect])
     return found
 
 
