@@ -211,6 +211,11 @@ def _check_variants(cfg: EncoderConfig) -> None:
                 raise ConfigError(
                     f"{name}={getattr(cfg, name)} needs attention='softmax': the {cfg.attention} kernel never forms "
                     "the (N, N) score matrix that a per-pair bias or window acts on")
+    if cfg.causal and cfg.attention == "efficient":
+        raise ConfigError(
+            "causal=True does not work with attention='efficient': its softmax over positions would need "
+            "a running max per query over keys j <= i, which its (D, D) context cannot carry; use "
+            "linear or cosine (prefix sums) or softmax")
     if cfg.rotary_theta_local and not cfg.local_window:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
     if cfg.local_window and cfg.global_every == 1:

@@ -20,7 +20,8 @@ class Block(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
-        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps)
+        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
+                                            causal=cfg.causal)
         self.norm1 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)

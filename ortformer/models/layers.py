@@ -52,32 +52,44 @@ class FeedForward(nn.Module):
         return self.down(self.act(self.up(x)))
 
 
+def sinusoids(position: torch.Tensor, size: int) -> torch.Tensor:
+    """PE[p, 2i] = sin(p / 10000^(2i/F)), PE[p, 2i+1] = cos(same), float32 (N,) -> (N, F).
+
+    Computed from the positions themselves, in the graph: a stored (P, F) table would put
+    P x F floats into the model file (1 GiB for a million positions)."""
+    inv_freq = torch.exp(torch.arange(0, size, 2, dtype=torch.float32, device=position.device)
+                         * (-math.log(10000.0) / size))
+    angle = position.to(torch.float32)[:, None] * inv_freq  # (N, F / 2)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(position.shape[0], size)
+
+
 def sinusoid_table(max_positions: int, size: int) -> torch.Tensor:
-    """PE[p, 2i] = sin(p / 10000^(2i/F)), PE[p, 2i+1] = cos(same). Shape (P, F)."""
-    position = torch.arange(max_positions, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(torch.arange(0, size, 2, dtype=torch.float32) * (-math.log(10000.0) / size))
-    table = torch.zeros(max_positions, size)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq)
-    return table
+    """The sinusoids of positions 0 .. P - 1: (P, F)."""
+    return sinusoids(torch.arange(max_positions), size)
 
 
 class Positions(nn.Module):
-    """Adds a position vector per token: a learned table, fixed sinusoids, or nothing."""
+    """Adds a position vector per token: a learned table, fixed sinusoids, or nothing.
+
+    start: the position of the first token (a chunk of a longer sequence starts later);
+    an int, or an int64 tensor of shape () for a chunk graph."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         self.kind = cfg.positions
+        self.size = cfg.hidden_size
         if self.kind == "learned":
             self.table = nn.Embedding(cfg.max_positions, cfg.hidden_size)
-        elif self.kind == "sinusoidal":
-            # a buffer, not a parameter: fixed, and not part of the checkpoint
-            self.register_buffer("table", sinusoid_table(cfg.max_positions, cfg.hidden_size), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
         n = x.shape[1]
+        if self.kind == "none":
+            return x
+        index = torch.arange(n, device=x.device)
+        if isinstance(start, torch.Tensor):
+            index = index + start
         if self.kind == "learned":
-            return x + self.table.weight[:n].to(x.dtype)  # (N, F) broadcast over batch
-        if self.kind == "sinusoidal":
-            return x + self.table[:n].to(x.dtype)
-        return x
+            if isinstance(start, torch.Tensor):
+                return x + self.table(index).to(x.dtype)
+            return x + self.table.weight[start:start + n].to(x.dtype)  # (N, F) broadcast over batch
+        return x + sinusoids(index + (start if isinstance(start, int) else 0), self.size).to(x.dtype)
