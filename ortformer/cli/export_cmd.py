@@ -19,6 +19,7 @@ FLAG_FIELDS = {
     "positions": "positions", "layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
     "ffn": "ffn_size", "vocab": "vocab_size", "max_positions": "max_positions",
     "type_vocab": "type_vocab_size", "pooling": "pooling", "normalize": "normalize_embeddings",
+    "causal": "causal",
 }
 
 
@@ -62,6 +63,8 @@ def architecture_options(func):
         click.option("--type-vocab", type=click.IntRange(min=0), help="Segment (token type) vocabulary; 0 = none."),
         click.option("--pooling", type=click.Choice(POOLINGS)),
         click.option("--normalize/--no-normalize", default=None, help="l2-normalise the sentence embedding."),
+        click.option("--causal/--no-causal", default=None,
+                     help="Token i attends to j <= i; linear/cosine models can then stream (Runtime.stream)."),
     ]
     for option in reversed(options):
         func = option(func)

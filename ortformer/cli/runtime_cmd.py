@@ -10,6 +10,7 @@ import click
 import numpy as np
 
 from .. import contract
+from ..fsutil import replace_synced, temp_beside
 from ..parity import text_summary
 from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
 from ..errors import InputError
@@ -105,6 +106,33 @@ def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int, max
     return np.concatenate(parts)
 
 
+def _rectangular(batch, runtime: Runtime) -> bool:
+    rank = 2 if runtime.config.takes_ids else 3
+    return isinstance(batch, np.ndarray) and batch.ndim == rank
+
+
+def _infer_to_memmap(runtime: Runtime, data: np.ndarray, mask, batch_size: int, dest: Path) -> None:
+    """last_hidden_state written through a memmap of the .npy file, batch by batch: a long
+    sequence's output (1 GiB at 1M x 256) never sits in memory twice. Atomic: a temporary
+    file beside dest, renamed over it when complete."""
+    mask = None if mask is None else as_array(contract.ATTENTION_MASK, mask)
+    if mask is not None and mask.shape != data.shape[:2]:
+        raise InputError(f"--mask has shape {mask.shape}; valid: {data.shape[:2]}, the [batch, sequence] of {runtime.main_input}")
+    tmp = temp_beside(dest.absolute())
+    try:
+        result = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                           shape=(*data.shape[:2], runtime.config.hidden_size))
+        for i in range(0, len(data), batch_size):
+            rows = slice(i, i + batch_size)
+            runtime.run(**{runtime.main_input: data[rows]},
+                        attention_mask=None if mask is None else mask[rows], out=result[rows])
+        result.flush()
+        del result
+        replace_synced(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _write(result, fmt: str, out: str | None) -> None:
     if fmt == "json":
         text = json.dumps(_jsonable(result))
@@ -194,7 +222,10 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, provider, allow_f
         if mask is not None:
             mask = _parse_json(mask, "--mask")
             mask = [mask] if batch is not data else mask  # a single sequence's mask, wrapped alike
-        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out)
+        if out and fmt == "npy" and output == contract.LAST_HIDDEN_STATE and _rectangular(batch, runtime):
+            _infer_to_memmap(runtime, batch, mask, batch_size, Path(out))
+        else:
+            _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out)
         return
     stream = open(out, "w") if out else None
     try:
