@@ -164,3 +164,19 @@ def test_model_file_reader_checks_the_payload(models, tmp_path):
                             (lambda d: d.update(chunk_size=10**6), "chunk_size")):
         with pytest.raises(ModelFileError, match=message):
             read_model_file(_tampered(path, tmp_path, change))
+
+
+def test_infer_writes_npy_through_a_memmap(models, tmp_path):
+    from click.testing import CliRunner
+
+    from ortformer.cli import cli
+
+    cfg = CONFIGS["linear"]
+    inputs = make_inputs(cfg, Case(2, 40, "none"), np.random.default_rng(4))
+    np.save(tmp_path / "ids.npy", inputs[contract.INPUT_IDS])
+    result = CliRunner().invoke(cli, ["infer", str(models("linear")), "--input", str(tmp_path / "ids.npy"),
+                                      "--output", "last_hidden_state", "-o", str(tmp_path / "x.npy")])
+    assert result.exit_code == 0, result.output
+    want = Runtime(models("linear"), "cpu").run(input_ids=inputs[contract.INPUT_IDS])[contract.LAST_HIDDEN_STATE]
+    assert np.array_equal(np.load(tmp_path / "x.npy"), want)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy", "x.npy"]  # no temporary left behind
