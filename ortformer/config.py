@@ -227,10 +227,22 @@ def _check_variants(cfg: EncoderConfig) -> None:
                 raise ConfigError(
                     f"{name}={getattr(cfg, name)} needs attention='softmax': the {cfg.attention} kernel never forms "
                     "the (N, N) score matrix that a per-pair bias or window acts on")
+    if cfg.causal and cfg.attention == "efficient":
+        raise ConfigError(
+            "causal=True does not work with attention='efficient': its softmax over positions would need "
+            "a running max per query over keys j <= i, which its (D, D) context cannot carry; use "
+            "linear or cosine (prefix sums) or softmax")
     if cfg.rotary_theta_local and not cfg.local_window:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
     if cfg.rotary_theta_local and cfg.positions != "rotary":
         raise ConfigError(f"rotary_theta_local needs positions='rotary', got positions={cfg.positions!r}")
+    if cfg.causal:
+        for name, on in (("positions='rotary'", cfg.positions == "rotary"),
+                         ("relative_attention_buckets", cfg.relative_attention_buckets),
+                         ("local_window", cfg.local_window)):
+            if on:
+                raise ConfigError(f"causal=True with {name} is not implemented: the causal kernels and their "
+                                  "streaming form take absolute positions only (learned, sinusoidal or none)")
     if cfg.local_window and cfg.global_every == 1:
         raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
 

@@ -24,6 +24,8 @@ META_FAMILY = "ortformer.family"
 # optional: sentence-transformers prompts, a JSON object {"prompts": {name: text}, "default": name or null};
 # the text is prepended to each input before tokenizing (e5's "query: ", bge's instructions)
 META_PROMPTS = "ortformer.prompts"
+# optional: the chunk stages of a linear-family model (exporter/chunked.py, runtime/chunked.py)
+META_CHUNKED = "ortformer.chunked"
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"

@@ -12,7 +12,8 @@ What is checked, in order, each failure a ModelFileError that names the file and
 4. every tensor holds the bytes its dims and type declare (inline or external);
    every external-data location stays inside the model's folder and its file holds
    the bytes the tensor claims (offset + length <= file size);
-5. the tokenizer named in the metadata, if any, lies inside the model's folder.
+5. the tokenizer named in the metadata, if any, lies inside the model's folder;
+6. the chunk-stage payload, if any, fits the config and the graph (chunkfile.py).
 
 Step 4 matters because onnxruntime follows `location` wherever it points: a model
 downloaded from elsewhere could otherwise make the runtime read /etc/... or
@@ -33,6 +34,7 @@ from . import contract
 from .onnxfile import all_tensors, resolve_inside  # noqa: F401  (resolve_inside: part of this module's API)
 from .config import EncoderConfig
 from .errors import ConfigError, ModelFileError
+from .chunkfile import check_chunked
 
 if TYPE_CHECKING:
     import onnx
@@ -82,6 +84,7 @@ class ModelFile:
     external_data: dict[str, Path] = field(default_factory=dict)
     ir_version: int = 0
     opsets: tuple[tuple[str, int], ...] = ()  # (domain, version); "" is the ONNX domain
+    chunked: dict | None = None  # the checked chunk-stage payload (contract.META_CHUNKED), if any
 
 
 def read_model_file(path: str | os.PathLike) -> ModelFile:
@@ -99,6 +102,8 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
         if metadata.get(contract.META_TOKENIZER):  # refused here, before onnxruntime opens the model
             resolve_inside(path.absolute().parent, metadata[contract.META_TOKENIZER],
                            f"{path}: '{contract.META_TOKENIZER}' metadata")
+        chunked = (check_chunked(path, metadata[contract.META_CHUNKED], model.graph, config)
+                   if contract.META_CHUNKED in metadata else None)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         # damage that parses: e.g. a string field holding invalid UTF-8 comes back as bytes
         raise ModelFileError(f"{path}: malformed ONNX content ({type(exc).__name__}: {exc}); the file is corrupt") from None
@@ -106,7 +111,7 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
         path=path, config=config, metadata=metadata, parity=parity,
         source=metadata[contract.META_SOURCE], version=metadata[contract.META_VERSION],
         inputs=inputs, outputs=outputs, external_files=tuple(dict.fromkeys(external.values())),
-        external_data=external, ir_version=model.ir_version, opsets=opsets,
+        external_data=external, ir_version=model.ir_version, opsets=opsets, chunked=chunked,
     )
 
 

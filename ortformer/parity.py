@@ -172,10 +172,13 @@ def run_parity(session, eager: Callable[[Named], Named], cfg: EncoderConfig,
 def failed_cases(report: dict) -> list[str]:
     """One line per failed (case, output): what a ParityError message shows."""
     lines = []
-    for case in report["cases"]:
+    chunked = report.get("chunked") if isinstance(report.get("chunked"), dict) else {}
+    tagged = [("", c) for c in report["cases"]] + [(f"chunked (chunk_size={chunked.get('chunk_size')}) ", c)
+                                                   for c in chunked.get("cases", [])]
+    for tag, case in tagged:
         for name, m in case["outputs"].items():
             if not m["passed"]:
-                lines.append(f"batch={case['batch']} sequence={case['sequence']} padding={case['padding']} "
+                lines.append(f"{tag}batch={case['batch']} sequence={case['sequence']} padding={case['padding']} "
                              f"{name}: max_abs={m['max_abs']:.3g} min_cosine={m['min_cosine']:.6f}")
     return lines
 

@@ -27,6 +27,7 @@ FLAG_FIELDS = {
     "ffn_gated": "ffn_gated", "bias": "bias", "relative_buckets": "relative_attention_buckets",
     "relative_max_distance": "relative_attention_max_distance", "rotary_theta": "rotary_theta",
     "rotary_theta_local": "rotary_theta_local", "local_window": "local_window", "global_every": "global_every",
+    "causal": "causal",
 }
 
 
@@ -127,6 +128,8 @@ def architecture_options(func):
                      help="MPNet/T5 relative position bias with this many buckets (e.g. 32); 0 = off. Softmax only."),
         click.option("--relative-max-distance", type=click.IntRange(min=1),
                      help="Distance where relative buckets stop growing (default 128)."),
+        click.option("--causal/--no-causal", default=None,
+                     help="Token i attends to j <= i; linear/cosine models can then stream (Runtime.stream)."),
     ]
     for option in reversed(options):
         func = option(func)

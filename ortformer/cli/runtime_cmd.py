@@ -106,6 +106,29 @@ def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int, max
     return np.concatenate(parts)
 
 
+def _rectangular(batch, runtime: Runtime) -> bool:
+    rank = 2 if runtime.config.takes_ids else 3
+    return isinstance(batch, np.ndarray) and batch.ndim == rank
+
+
+def _infer_to_memmap(runtime: Runtime, data: np.ndarray, mask, batch_size: int, dest: Path) -> None:
+    """last_hidden_state written through a memmap of the .npy file, batch by batch: a long
+    sequence's output (1 GiB at 1M x 256) never sits in memory twice. Atomic: a temporary
+    file beside dest, renamed over it when complete."""
+    mask = None if mask is None else as_array(contract.ATTENTION_MASK, mask)
+    if mask is not None and mask.shape != data.shape[:2]:
+        raise InputError(f"--mask has shape {mask.shape}; valid: {data.shape[:2]}, the [batch, sequence] of {runtime.main_input}")
+    with written(dest, "-o/--output") as tmp:
+        result = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                           shape=(*data.shape[:2], runtime.config.hidden_size))
+        for i in range(0, len(data), batch_size):
+            rows = slice(i, i + batch_size)
+            runtime.run(**{runtime.main_input: data[rows]},
+                        attention_mask=None if mask is None else mask[rows], out=result[rows])
+        result.flush()
+        del result
+
+
 def _write(result, fmt: str, out: Path | None, width: int) -> None:
     if fmt == "json":
         text = json.dumps(_jsonable(result))
@@ -214,7 +237,10 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, prov
         if mask is not None:
             mask = _parse_json(mask, "--mask")
             mask = [mask] if batch is not data else mask  # a single sequence's mask, wrapped alike
-        _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, runtime.config.hidden_size)
+        if out and fmt == "npy" and output == contract.LAST_HIDDEN_STATE and _rectangular(batch, runtime):
+            _infer_to_memmap(runtime, batch, mask, batch_size, out)
+        else:
+            _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, runtime.config.hidden_size)
         return
     if out is None:
         _stream(runtime, output, None)

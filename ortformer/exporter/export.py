@@ -28,6 +28,7 @@ from ..errors import ExportError, ModelFileError, ParityError
 from ..modelfile import check_graph_io
 from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
+from .chunked import chunked_gate, chunked_payload
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
@@ -162,6 +163,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None,
            family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
+           chunked: bool = True,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
@@ -175,6 +177,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     family: the Hugging Face model_type the weights came from, recorded for ``info``.
     prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
         tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
+    chunked: for float32 linear-family models, also write the chunk stages that let the
+        runtime run sequences of any length chunk by chunk (and stream causal models);
+        gated on cases longer than one chunk.
     dtype / quantize: "float16" weights and activations, or "int8" dynamic quantization;
         both gated on cosine against the float32 eager model.
     """
@@ -242,6 +247,11 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         contract.META_SOURCE: source,
         contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
     })
+    if chunked and precision == "float32":
+        step("exporting the chunk stages")
+        payload = chunked_payload(model, proto, opset)
+        if payload is not None:
+            meta[contract.META_CHUNKED] = payload
     set_metadata(proto, meta)
     step()  # writing
     staged = stage_model(proto, dest, force)
@@ -279,11 +289,16 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     except Exception as exc:
         raise ExportError(f"onnxruntime cannot load the exported model: {exc}") from exc
     report = parity_mod.run_parity(session, eager_runner(reference), cfg, dtype)
+    del session
+    if contract.META_CHUNKED in {p.key for p in onnx.load(str(staged.path), load_external_data=False).metadata_props}:
+        report["chunked"] = chunked_gate(staged.path, eager_runner(reference), cfg, dtype)
+        report["passed"] = report["passed"] and report["chunked"]["passed"]
     if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(cfg):
         # recorded beside the gate, not gated: the grid is the gate every model shares
+        session = ort.InferenceSession(str(staged.path), options, providers=["CPUExecutionProvider"])
         report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
                                      text_max_length or cfg.max_sequence)
-    del session
+        del session
     if not report["passed"]:
         kept = f"; the failed model was kept at {staged.keep_as(Path(keep_failed))}" if keep_failed else ""
         lines = parity_mod.failed_cases(report)

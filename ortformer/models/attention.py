@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
+from . import linear_forms
 from .layers import rotate
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
@@ -188,24 +189,71 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
-def get_kernel(name: str) -> Kernel:
+def causal_softmax_attention(q, k, v, key_mask, eps):
+    """softmax(Q K^T / sqrt(D) + mask + causal) V: query i sees kept keys j <= i.
+
+    An additive bias (B, 1, N, N); a query with no kept key at or before it averages
+    what the bias leaves (finite), and a fully padded row is zero, as for softmax_attention.
+    """
+    n = q.shape[2]
+    low = torch.finfo(q.dtype).min
+    later = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # (N, N): key after query
+    blocked = later[None, None] | ~key_mask[:, None, None, :]  # (B, 1, N, N)
+    bias = torch.zeros(blocked.shape, dtype=q.dtype, device=q.device).masked_fill(blocked, low)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
+    return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]
+
+
+def _causal_factored(kind: str) -> Kernel:
+    def kernel(q, k, v, key_mask, eps):
+        keep = key_mask[:, None, :, None].to(torch.float32)  # (B, 1, N, 1)
+        fq, fk = linear_forms.features(kind, q, k, keep)
+        dk, dv = linear_forms.state_width(kind, q.shape[-1])
+        state = fq.new_zeros(q.shape[0], q.shape[1], dk, dv)  # (B, H, Dk, D + 1)
+        out, _ = linear_forms.causal(fq, fk, linear_forms.with_ones(v), state, eps)
+        return out.to(q.dtype)
+
+    kernel.__name__ = f"causal_{kind}_attention"
+    kernel.__doc__ = (f"{kind} attention over keys j <= i: prefix sums of fk^T [v, 1] "
+                      "(models/linear_forms.py: causal), O(N) memory.")
+    return kernel
+
+
+# causal versions: prefix sums for the factored kernels, a triangular bias for softmax.
+# efficient has none: its softmax over positions would need each query's own running
+# max over keys j <= i, which the factored (D, D) context cannot carry (config.py refuses it)
+CAUSAL_KERNELS: dict[str, Kernel] = {
+    "softmax": causal_softmax_attention,
+    "linear": _causal_factored("linear"),
+    "cosine": _causal_factored("cosine"),
+}
+
+
+def get_kernel(name: str, causal: bool = False) -> Kernel:
+    table = CAUSAL_KERNELS if causal else KERNELS
     try:
-        return KERNELS[name]
+        return table[name]
     except KeyError:
+        if causal and name in KERNELS:
+            raise ConfigError(f"attention={name!r} has no causal form; causal=True works with {', '.join(table)}") from None
         raise ConfigError(f"attention={name!r} is not valid; choose one of {', '.join(KERNELS)}") from None
 
 
 class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
-    def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True):
+    def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True,
+                 causal: bool = False):
         super().__init__()
         self.num_heads = num_heads
         self.eps = eps
-        self.kernel = get_kernel(kernel)
+        self.kind = kernel
+        self.causal = causal
+        self.kernel = get_kernel(kernel, causal)
         # softmax runs as one opaque op that exports to a fused ONNX Runtime kernel;
-        # the exporter turns this off for graphs that must use standard ONNX ops only
-        self.fused = kernel == "softmax"
+        # the exporter turns this off for graphs that must use standard ONNX ops only.
+        # causal softmax runs unfused, through an additive triangular bias
+        self.fused = kernel == "softmax" and not causal
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
@@ -230,7 +278,9 @@ class MultiHeadAttention(nn.Module):
             return self.out(out)
         qkv = self.qkv(x).view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
-        if scores_bias is not None:
+        if self.causal:  # the config refuses causal with rotary, a relative bias or windows
+            heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
+        elif scores_bias is not None:
             heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias, rotary)  # config: softmax only
         elif rotary is not None:
             heads = self.kernel(q, k, v, key_mask, self.eps, rotary=rotary)

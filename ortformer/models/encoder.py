@@ -21,7 +21,7 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
         self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
-                                            bias=cfg.bias)
+                                            bias=cfg.bias, causal=cfg.causal)
         # with embedding_norm the first block's input is already normalised (ModernBERT)
         self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)

@@ -77,51 +77,64 @@ class FeedForward(nn.Module):
         return self.down(self.act(self.up(x)))
 
 
+def sinusoids(position: torch.Tensor, size: int) -> torch.Tensor:
+    """PE[p, 2i] = sin(p / 10000^(2i/F)), PE[p, 2i+1] = cos(same), float32 (N,) -> (N, F).
+
+    Computed from the positions themselves, in the graph: a stored (P, F) table would put
+    P x F floats into the model file (1 GiB for a million positions)."""
+    inv_freq = torch.exp(torch.arange(0, size, 2, dtype=torch.float32, device=position.device)
+                         * (-math.log(10000.0) / size))
+    angle = position.to(torch.float32)[:, None] * inv_freq  # (N, F / 2)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(position.shape[0], size)
+
+
 def sinusoid_table(max_positions: int, size: int) -> torch.Tensor:
-    """PE[p, 2i] = sin(p / 10000^(2i/F)), PE[p, 2i+1] = cos(same). Shape (P, F)."""
-    position = torch.arange(max_positions, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(torch.arange(0, size, 2, dtype=torch.float32) * (-math.log(10000.0) / size))
-    table = torch.zeros(max_positions, size)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq)
-    return table
+    """The sinusoids of positions 0 .. P - 1: (P, F)."""
+    return sinusoids(torch.arange(max_positions), size)
 
 
 class Positions(nn.Module):
     """Adds a position vector per token: a learned table, fixed sinusoids, or nothing.
 
     Row of token j in a learned table (offset = position_offset):
-      position_ids="index": offset + j
+      position_ids="index": offset + start + j
       position_ids="kept":  offset + (number of kept tokens before j), i.e.
                             offset + cumsum(attention_mask)_j - 1 for kept tokens
     "kept" is RoBERTa's create_position_ids_from_input_ids computed from the attention
     mask instead of from input_ids != padding_idx: the same rows whenever padding is
     masked, and left padding then leaves kept tokens' positions unchanged. Padded
     tokens get a valid row too (their outputs are never read).
+
+    start: the position of the first token (a chunk of a longer sequence starts later);
+    an int, or an int64 tensor of shape () for a chunk graph. Sinusoids are computed from
+    the positions in the graph, so nothing stored grows with max_positions.
     """
 
-    def __init__(self, cfg: EncoderConfig, size: int):
+    def __init__(self, cfg: EncoderConfig, size: int | None = None):
         super().__init__()
         self.kind = cfg.positions
+        self.size = size or cfg.hidden_size
         self.offset = cfg.position_offset
         self.kept = cfg.position_ids == "kept"
         if self.kind == "learned":
-            self.table = nn.Embedding(cfg.max_positions, size)
-        elif self.kind == "sinusoidal":
-            # a buffer, not a parameter: fixed, and not part of the checkpoint
-            self.register_buffer("table", sinusoid_table(cfg.max_positions, size), persistent=False)
+            self.table = nn.Embedding(cfg.max_positions, self.size)
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                start: int | torch.Tensor = 0) -> torch.Tensor:
         n = x.shape[1]
+        if self.kind not in ("learned", "sinusoidal"):  # none, or rotary (applied inside attention)
+            return x
         if self.kind == "learned" and self.kept:
             kept = (attention_mask != 0).to(torch.int64)  # (B, N)
             rows = (kept.cumsum(dim=1) - 1).clamp(min=0) + self.offset  # (B, N)
             return x + self.table(rows).to(x.dtype)  # (B, N, F)
         if self.kind == "learned":
-            return x + self.table.weight[self.offset:self.offset + n].to(x.dtype)  # (N, F) broadcast over batch
-        if self.kind == "sinusoidal":
-            return x + self.table[:n].to(x.dtype)
-        return x
+            if isinstance(start, torch.Tensor):
+                return x + self.table(torch.arange(n, device=x.device) + start + self.offset).to(x.dtype)
+            first = self.offset + start
+            return x + self.table.weight[first:first + n].to(x.dtype)  # (N, F) broadcast over batch
+        index = torch.arange(n, device=x.device) + start
+        return x + sinusoids(index, self.size).to(x.dtype)
 
 
 def relative_position_bucket(relative_position: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:

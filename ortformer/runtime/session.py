@@ -8,6 +8,7 @@ shared by any number of threads.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,7 +21,9 @@ from ..checks import check_int
 from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
 from . import providers
 from .batching import length_batches, pad
+from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
+from .chunked import ChunkedRunner, parse_payload
 from .optimize import optimized_for_cpu
 from .validate import InputSpec, as_array, check_inputs
 
@@ -49,6 +52,9 @@ class Runtime:
     threads: intra-op threads (None = onnxruntime's default, one per core).
     session_options: your own onnxruntime.SessionOptions, used as given (threads still
     applied); by default memory stays bounded under varying shapes (providers.session_options).
+    chunk_size: tokens per chunk for linear-family models exported with chunk stages: a
+    longer sequence runs chunk by chunk (runtime/chunked.py), in memory bounded by the
+    chunk; None = the size recorded at export.
     """
 
     def __init__(
@@ -60,8 +66,12 @@ class Runtime:
         threads: int | None = None,
         allow_fallback: bool = False,
         session_options: ort.SessionOptions | None = None,
+        chunk_size: int | None = None,
     ):
         providers.check_request(provider, device_id, threads)
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or not 1 <= chunk_size <= MAX_CHUNK_SIZE):
+            raise InputError(f"chunk_size={chunk_size!r} must be an int in [1, {MAX_CHUNK_SIZE}], or None")
         # every file check happens here, before onnxruntime opens (and follows) anything
         self.model_file = read_model_file(path)
         self.path: Path = self.model_file.path
@@ -98,6 +108,13 @@ class Runtime:
         embeds = {s.name: s.dtype for s in self.model_file.inputs}.get(contract.INPUTS_EMBEDS, "float32")
         self._spec = InputSpec(self.config, tuple(self.input_names), np.dtype(embeds))
         self._text_encoder = self._load_text_encoder()
+        chunked = self.model_file.chunked
+        self._payload = parse_payload(chunked) if chunked else None
+        # tokens per chunk; None when the model has no chunk stages (always the whole graph)
+        self.chunk_size: int | None = (chunk_size or self._payload.chunk_size) if self._payload else None
+        self._runner: ChunkedRunner | None = None  # made on first use: most calls never need it
+        self._runner_lock = threading.Lock()
+        self._threads_option = threads
         self._run_options = ort.RunOptions()
         if self.provider == "cuda":
             # give arena chunks no longer in use back to the device after each run: with
@@ -203,13 +220,16 @@ class Runtime:
             raise InputError(f"prompt_name={name!r} is not a prompt of {self.path}; valid: {valid}, or '' for no prompt")
         return prompts[name]
 
-    def run(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, **unknown) -> dict[str, np.ndarray]:
+    def run(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, *,
+            out: np.ndarray | None = None, **unknown) -> dict[str, np.ndarray]:
         """One forward pass over a rectangular batch.
 
         input_ids (B, N) ints, or inputs_embeds (B, N, F) floats for vocab_size = 0;
         attention_mask (B, N) in {0, 1}, default ones; token_type_ids (B, N), default zeros.
         numpy arrays or nested lists. Returns {"last_hidden_state": (B, N, F) float32,
         "sentence_embedding": (B, F) float32 (only when the model pools)}.
+        out: a writable float32 (B, N, F) array or numpy.memmap that receives
+        last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
         """
         if unknown:
             raise InputError(f"unknown input(s) {sorted(unknown)}; this model takes {self.input_names}")
@@ -217,9 +237,42 @@ class Runtime:
             contract.INPUT_IDS: input_ids, contract.INPUTS_EMBEDS: inputs_embeds,
             contract.ATTENTION_MASK: attention_mask, contract.TOKEN_TYPE_IDS: token_type_ids,
         }
-        return self._execute(check_inputs(self._spec, given))
+        feeds = check_inputs(self._spec, given)
+        if out is None:
+            return self._execute(feeds)
+        shape = (*feeds[contract.ATTENTION_MASK].shape, self.config.hidden_size)
+        if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape or not out.flags.writeable:
+            got = f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}".strip()
+            raise InputError(f"out must be a writable float32 numpy array (or memmap) of shape {shape}, got {got}")
+        outputs = self._execute(feeds, out)
+        if outputs[contract.LAST_HIDDEN_STATE] is not out:
+            out[...] = outputs[contract.LAST_HIDDEN_STATE]
+            outputs[contract.LAST_HIDDEN_STATE] = out
+        return outputs
 
-    def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def chunk_runner(self) -> ChunkedRunner | None:
+        """The chunk-stage sessions (made on first use), or None for a model without them."""
+        if self._payload is None:
+            return None
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = ChunkedRunner(self.model_file, self._payload, self._threads_option, self.chunk_size)
+        return self._runner
+
+    def stream(self, chunks):
+        """A causal linear-family model as an RNN: yield each chunk's last_hidden_state.
+
+        chunks: token-id chunks (C,) (features (C, F) for vocab_size = 0) of any sizes, or
+        (B, C[, F]) batches of rows streamed together. Concatenated, the outputs equal one
+        causal run over the whole sequence; memory holds only each layer's state.
+        """
+        from .stream import stream
+
+        return stream(self, chunks)
+
+    def _execute(self, feeds: dict[str, np.ndarray], out: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        if self.chunk_size is not None and feeds[contract.ATTENTION_MASK].shape[1] > self.chunk_size:
+            return self.chunk_runner().run(feeds, out)
         if self.provider == "cuda":
             outputs = self._run_bound(feeds, "cuda", self.device_id)
         else:
