@@ -17,6 +17,8 @@ META_SOURCE = "ortformer.source"
 META_TOKENIZER = "ortformer.tokenizer"  # optional: tokenizer file name beside the model
 # optional: default truncation length for text (e.g. sentence-transformers' max_seq_length)
 META_TEXT_MAX_LENGTH = "ortformer.text_max_length"
+# optional, int8 files: how they were quantized and which weight MatMuls stayed float, and why
+META_INT8 = "ortformer.int8"
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"

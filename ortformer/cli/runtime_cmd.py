@@ -247,6 +247,7 @@ def info(ctx, model, as_json, sequence_length):
         "parameters": {"total": parameter_count(cfg), **parameter_breakdown(cfg)},
         "flops": {"sequence_length": n, "total": sum(flops.values()), **flops},
         "parity": runtime.parity,
+        "int8": json.loads(runtime.metadata[contract.META_INT8]) if contract.META_INT8 in runtime.metadata else None,
         "providers": {
             "available": onnxruntime.get_available_providers(),
             "usable": usable,
@@ -268,6 +269,13 @@ def info(ctx, model, as_json, sequence_length):
     click.echo(f"flops       {report['flops']['total']:,} per sequence of {n} tokens "
                f"({', '.join(f'{k} {v:,}' for k, v in flops.items())})")
     click.echo(f"parity      {parity_summary(runtime.parity)}")
+    if report["int8"] is not None:
+        record = report["int8"]
+        kept = record["float_matmuls"]
+        click.echo(f"int8        {record['scheme']}; calibrated on {record.get('calibration', '?')}; "
+                   f"{len(kept)} weight MatMul(s) kept float" + (":" if kept else ""))
+        for k in kept:
+            click.echo(f"              {k['node']}: {k['reason']}")
     reason = report["providers"]["cuda_unusable_reason"]
     click.echo(f"providers   usable here: {', '.join(usable)}" + (f" (cuda: {reason})" if reason else ""))
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")

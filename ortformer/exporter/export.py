@@ -216,8 +216,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if quantize == "int8":
             step("int8 dynamic quantization")
             quantized = staged.path.with_name("int8.onnx")
-            quantize_int8(staged.path, quantized)
+            record = quantize_int8(staged.path, quantized, cfg, Path(tokenizer) if tokenizer is not None else None)
             os.replace(quantized, staged.path)
+            staged.rewrite_metadata({contract.META_INT8: json.dumps(record)})
         step("onnx.checker (full)")
         check_file(staged.path, cfg)
         if parity:

@@ -144,7 +144,24 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata is not valid JSON: {exc}") from None
     if not isinstance(parity, dict):
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
+    if contract.META_INT8 in metadata:
+        _check_int8(path, metadata[contract.META_INT8])
     return config, parity
+
+
+def _check_int8(path: Path, text: str) -> None:
+    """The optional int8 record: {"scheme": str, "float_matmuls": [{"node": str, "reason": str}, ...], ...}."""
+    what = f"{path}: '{contract.META_INT8}' metadata"
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ModelFileError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("scheme"), str):
+        raise ModelFileError(f"{what} must be a JSON object with a 'scheme' string and a 'float_matmuls' list")
+    kept = record.get("float_matmuls")
+    if not isinstance(kept, list) or not all(
+            isinstance(k, dict) and isinstance(k.get("node"), str) and isinstance(k.get("reason"), str) for k in kept):
+        raise ModelFileError(f"{what}: 'float_matmuls' must be a list of {{\"node\": str, \"reason\": str}} objects")
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
