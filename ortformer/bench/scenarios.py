@@ -220,6 +220,15 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
             "targets": [
                 _target("embeddings/s vs sentence-transformers", ">= 2x", rate["ortformer"] / rate["sentence_transformers"],
                         rate["ortformer"] / rate["sentence_transformers"] >= 2, "x"),
+                _target("int8 embeddings/s vs ortformer float32", ">= 1.5x", rate["ortformer_int8"] / rate["ortformer"],
+                        rate["ortformer_int8"] / rate["ortformer"] >= 1.5, "x"),
+                _target("int8 embeddings/s vs sentence-transformers", ">= 3x",
+                        rate["ortformer_int8"] / rate["sentence_transformers"],
+                        rate["ortformer_int8"] / rate["sentence_transformers"] >= 3, "x"),
+                _target("int8 sentence cosine to sentence-transformers, min", ">= 0.99",
+                        cosines["ortformer_int8"].min(), cosines["ortformer_int8"].min() >= 0.99),
+                _target("int8 sentence cosine to sentence-transformers, median", ">= 0.998",
+                        np.median(cosines["ortformer_int8"]), np.median(cosines["ortformer_int8"]) >= 0.998),
                 _target("import ortformer.runtime", "< 0.3 s", import_s, import_s < 0.3, "s"),
                 _target("create a Runtime for all-MiniLM-L6-v2", "< 1 s", create_s, create_s < 1, "s"),
             ]}
