@@ -26,6 +26,8 @@ META_FAMILY = "ortformer.family"
 META_PROMPTS = "ortformer.prompts"
 # optional: the chunk stages of a linear-family model (exporter/chunked.py, runtime/chunked.py)
 META_CHUNKED = "ortformer.chunked"
+# optional, int8 files: how they were quantized and which weight MatMuls stayed float, and why
+META_INT8 = "ortformer.int8"
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"

@@ -168,6 +168,8 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
             contract.parse_prompts(metadata[contract.META_PROMPTS])
         except ValueError as exc:
             raise ModelFileError(f"{path}: bad '{contract.META_PROMPTS}' metadata: {exc}") from None
+    if contract.META_INT8 in metadata:
+        _check_int8(path, metadata[contract.META_INT8])
     return config, parity
 
 
@@ -180,6 +182,21 @@ def _check_text_max_length(path: Path, value: str | None, config: EncoderConfig)
     if not re.fullmatch(r"[0-9]{1,20}", value) or not 1 <= int(value) <= config.max_sequence:
         raise ModelFileError(f"{path}: '{contract.META_TEXT_MAX_LENGTH}' metadata is {value!r}; valid: "
                              f"an integer in [1, {config.max_sequence}] (the longest sequence the model takes)")
+
+
+def _check_int8(path: Path, text: str) -> None:
+    """The optional int8 record: {"scheme": str, "float_matmuls": [{"node": str, "reason": str}, ...], ...}."""
+    what = f"{path}: '{contract.META_INT8}' metadata"
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ModelFileError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("scheme"), str):
+        raise ModelFileError(f"{what} must be a JSON object with a 'scheme' string and a 'float_matmuls' list")
+    kept = record.get("float_matmuls")
+    if not isinstance(kept, list) or not all(
+            isinstance(k, dict) and isinstance(k.get("node"), str) and isinstance(k.get("reason"), str) for k in kept):
+        raise ModelFileError(f"{what}: 'float_matmuls' must be a list of {{\"node\": str, \"reason\": str}} objects")
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

@@ -306,6 +306,13 @@ def info(ctx, model, as_json, sequence_length):
     click.echo(f"flops       {report['flops']['total']:,} per sequence of {report['flops']['sequence_length']} tokens "
                f"({', '.join(f'{k} {v:,}' for k, v in flops.items())})")
     click.echo(f"parity      {format_report(report['parity'])}")
+    if report.get("int8") is not None:
+        record = report["int8"]
+        kept = record["float_matmuls"]
+        click.echo(f"int8        {record['scheme']}; calibrated on {record.get('calibration', '?')}; "
+                   f"{len(kept)} weight MatMul(s) kept float" + (":" if kept else ""))
+        for k in kept:
+            click.echo(f"              {k['node']}: {k['reason']}")
     usable, reason = report["providers"]["usable"], report["providers"]["cuda_unusable_reason"]
     click.echo(f"providers   usable here: {', '.join(usable)}" + (f" (cuda: {reason})" if reason else ""))
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")

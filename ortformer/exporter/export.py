@@ -247,8 +247,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         contract.META_SOURCE: source,
         contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
     })
-    if chunked and precision == "float32":
-        step("exporting the chunk stages")
+    if chunked and precision == "float32":  # part of the tracing step: more graphs of the same model
         payload = chunked_payload(model, proto, opset)
         if payload is not None:
             meta[contract.META_CHUNKED] = payload
@@ -262,8 +261,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if quantize == "int8":
             step()  # int8 dynamic quantization
             quantized = staged.path.with_name("int8.onnx")
-            quantize_int8(staged.path, quantized)
+            record = quantize_int8(staged.path, quantized, cfg, Path(tokenizer) if tokenizer is not None else None)
             os.replace(quantized, staged.path)
+            staged.rewrite_metadata({contract.META_INT8: json.dumps(record)})
         step()  # onnx.checker
         check_file(staged.path, cfg)
         if parity:

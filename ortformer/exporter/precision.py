@@ -5,14 +5,14 @@
   over positions and the linear-family sequence sums stay in float32 inside the
   kernels. Meant for CUDA; onnxruntime's CPU provider runs it too (slowly), which is
   where the parity gate checks it.
-- int8: onnxruntime dynamic quantization of the weight MatMuls only (activations
-  quantized per call). Attention's activation-by-activation products stay float.
+- int8: the weight MatMuls with per-row activation scales (exporter/int8.py), so a
+  row's embedding never depends on its batch. Attention's activation-by-activation
+  products stay float.
 Both are gated on cosine against the float32 eager model (parity.GATES).
 """
 from __future__ import annotations
 
 import copy
-import logging
 from pathlib import Path
 
 from torch import nn
@@ -38,30 +38,52 @@ class Float16Encoder(nn.Module):
         return {name: value.float() for name, value in self.inner(*args).items()}
 
 
-def quantize_int8(source: Path, target: Path) -> None:
-    """Dynamic int8 quantization of constant-weight MatMuls, per output channel.
+def calibration_feeds(cfg, tokenizer: Path | None) -> tuple[list[dict], str]:
+    """Inputs the int8 calibration runs the float model on, and a phrase saying what they are.
 
-    Signed int8 weights (QInt8) are onnxruntime's fast path on x86. reduce_range keeps
-    weights to 7 bits: without VNNI (AVX2 only), the u8 x s8 pair sums of VPMADDUBSW
-    saturate int16, which measured here as token cosine 0.9993 (sentence 0.989) on a
-    random 2-layer model, against 0.99998 with reduce_range. Per-channel scales
-    follow each output feature's own range.
+    Real sentences through the tokenizer when there is one (distinct from the 48 the text
+    parity check reports on), else random ids with right padding, as the parity grid makes.
     """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    import numpy as np
 
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # the quantizer logs a pre-processing hint through the root logger
+    from .. import contract
+    from ..parity import Case, make_inputs
+
+    if tokenizer is not None and cfg.takes_ids:
+        from ..bench.corpus import sentences
+        from ..errors import MissingExtraError, ModelFileError
+        from ..runtime.batching import pad
+        from ..text import TextEncoder, TruncationWarning
+        import warnings
+
+        try:
+            encoder = TextEncoder(tokenizer)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", TruncationWarning)
+                ids, _, _ = encoder.encode(sentences(144)[48:], min(cfg.max_positions, 256))
+            arrays = [np.asarray(i, np.int64) for i in ids]
+            if max(int(a.max()) for a in arrays) < cfg.vocab_size:
+                feeds = []
+                for start in range(0, len(arrays), 16):
+                    padded, mask = pad(arrays[start:start + 16])
+                    feed = {contract.INPUT_IDS: padded, contract.ATTENTION_MASK: mask}
+                    if cfg.type_vocab_size:
+                        feed[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
+                    feeds.append(feed)
+                return feeds, f"{len(arrays)} real sentences"
+        except (MissingExtraError, ModelFileError):
+            pass  # a tokenizer that cannot run here: calibrate on random ids instead
+    rng = np.random.default_rng(0)
+    n = min(cfg.max_positions, 64)
+    return [make_inputs(cfg, Case(4, n, "right"), rng) for _ in range(4)], f"16 random rows of {n} tokens"
+
+
+def quantize_int8(source: Path, target: Path, cfg, tokenizer: Path | None = None) -> dict:
+    """Batch-invariant int8 (exporter/int8.py); returns the record kept in the model's metadata."""
+    from .int8 import quantize_int8_rows
+
+    feeds, calibration = calibration_feeds(cfg, tokenizer)
     try:
-        quantize_dynamic(
-            str(source), str(target),
-            # only MatMul: the quantizer rewrites attention nodes into ops that do not load
-            op_types_to_quantize=["MatMul"], per_channel=True, reduce_range=True,
-            weight_type=QuantType.QInt8,
-            # activation x activation products (attention scores, K^T V) stay float
-            extra_options={"MatMulConstBOnly": True},
-        )
+        return quantize_int8_rows(source, target, feeds, calibration)
     except Exception as exc:
         raise ExportError(f"int8 quantization failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        root.setLevel(level)

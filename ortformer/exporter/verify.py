@@ -12,12 +12,12 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..config import EncoderConfig
-from ..errors import ConfigError, ParityError
+from ..errors import ConfigError, ModelFileError, ParityError
 from ..models import Encoder, build_encoder, load_any
 from ..modelfile import ModelFile, read_model_file, tokenizer_path
 from ..text import check_tokenizer
 from .export import check_file, eager_runner
-from ..parity import failed_cases, run_parity
+from ..parity import GATES, failed_cases, run_parity
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
 
@@ -49,6 +49,14 @@ def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encode
     return model, where
 
 
+def file_dtype(model_file: ModelFile) -> str:
+    """The precision the file was exported in, as its parity report records it (float32 if absent)."""
+    dtype = model_file.parity.get("dtype", "float32")
+    if dtype not in GATES:
+        raise ModelFileError(f"{model_file.path}: the parity report names dtype {dtype!r}; known: {', '.join(GATES)}")
+    return dtype
+
+
 def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     """Return {"path", "config", "source", "checker": "ok", "parity": report or None, "reference"}.
 
@@ -73,7 +81,7 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(model_file.path), options, providers=["CPUExecutionProvider"])
-    report = run_parity(session, eager_runner(reference), model_file.config)
+    report = run_parity(session, eager_runner(reference), model_file.config, file_dtype(model_file))
     result["parity"] = report
     if not report["passed"]:
         lines = failed_cases(report)

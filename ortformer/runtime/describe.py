@@ -1,6 +1,8 @@
 """What `ortformer info` reports about a model file, as a JSON-able dict (no torch)."""
 from __future__ import annotations
 
+import json
+
 import os
 
 import onnxruntime
@@ -44,6 +46,8 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "parameters": {"total": parameter_count(cfg), **parameter_breakdown(cfg)},
         "flops": {"sequence_length": n, "total": sum(flops.values()), **flops},
         "parity": runtime.parity,
+        # int8 files: the scheme and the weight MatMuls kept in float, with why (validated on read)
+        "int8": json.loads(runtime.metadata[contract.META_INT8]) if contract.META_INT8 in runtime.metadata else None,
         "providers": {
             "available": onnxruntime.get_available_providers(),
             "usable": usable,

@@ -1,0 +1,111 @@
+"""Batch-invariant int8: a row's embedding is its own; `check` uses the file's dtype gate;
+the ortformer.int8 metadata record is validated and printed."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from ortformer import contract
+from ortformer.cli import cli
+from ortformer.config import preset
+from ortformer.errors import ModelFileError
+from ortformer.exporter import export
+from ortformer.exporter.int8 import quantize_int8_rows, weight_matmuls
+from ortformer.exporter.precision import calibration_feeds
+from ortformer.parity import row_cosines
+from ortformer.runtime import Runtime
+from ortformer.runtime.modelfile import read_model_file
+
+
+def invoke(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def int8_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("int8") / "tiny8.onnx"
+    invoke("export", "--preset", "tiny", "--quantize", "int8", "-o", path)
+    return path
+
+
+def test_int8_graph_has_no_batch_wide_quantization(int8_file):
+    ops = {n.op_type for n in onnx.load(str(int8_file)).graph.node}
+    assert "MatMulInteger" in ops
+    assert not ops & {"DynamicQuantizeLinear", "DynamicQuantizeMatMul"}  # one scale for the whole batch
+
+
+def test_a_row_embeds_the_same_alone_and_in_a_large_mixed_batch(int8_file):
+    runtime = Runtime(int8_file, "cpu")
+    vocab = runtime.config.vocab_size
+    rng = np.random.default_rng(1)
+    # rows of very different scale: long and short, ids from the whole vocabulary, and repeats of one id
+    rows = [rng.integers(0, vocab, size=int(n)).tolist() for n in rng.integers(1, 40, size=60)]
+    rows += [[3] * 37, [vocab - 1], list(range(min(vocab, 39)))]
+    together = runtime.embed(rows, batch_size=64)
+    alone = np.concatenate([runtime.embed([r]) for r in rows])
+    assert row_cosines(alone, together).min() >= 0.99999
+    # and the float-gate's own metric on the raw token states of one padded batch against one row
+    longest = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), longest), np.int64)
+    mask = np.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = r, 1
+    full = runtime.run(input_ids=ids, attention_mask=mask)["last_hidden_state"]
+    single = runtime.run(input_ids=ids[:1, :len(rows[0])], attention_mask=mask[:1, :len(rows[0])])["last_hidden_state"]
+    assert row_cosines(single[0], full[0, :len(rows[0])]).min() >= 0.99999
+
+
+def test_check_uses_the_int8_gate(int8_file):
+    out = invoke("check", int8_file)
+    assert "PASS" in out and "(int8 gate)" in out
+
+
+def test_check_uses_the_float16_gate(tmp_path):
+    path = tmp_path / "tiny16.onnx"
+    invoke("export", "--preset", "tiny", "--dtype", "float16", "-o", path)
+    out = invoke("check", path)
+    assert "PASS" in out and "(float16 gate)" in out
+
+
+def test_info_prints_the_int8_record(int8_file):
+    out = invoke("info", int8_file)
+    assert "int8        per-row dynamic uint8 activations" in out
+    record = json.loads(invoke("info", int8_file, "--json"))["int8"]
+    assert record["float_matmuls"] == [] and record["int8_matmuls"] == 2 * preset("tiny").num_layers * 2
+
+
+def test_unreachable_floor_keeps_the_worst_matmuls_float_with_reasons(tmp_path):
+    cfg = preset("tiny")
+    source = tmp_path / "f32.onnx"
+    export(cfg, source, parity=False)
+    feeds, what = calibration_feeds(cfg, None)
+    record = quantize_int8_rows(source, tmp_path / "q.onnx", feeds, what, floor=1.01, max_float_share=0.5)
+    names = [n.name for n in weight_matmuls(onnx.load(str(source)))]
+    kept = record["float_matmuls"]
+    assert len(kept) == len(names) // 2 and record["int8_matmuls"] == len(names) - len(kept)
+    assert all(k["node"] in names and "< 1.01" in k["reason"] for k in kept)
+    errors = [k["simulated_error"] for k in kept]
+    assert errors == sorted(errors, reverse=True)
+    still_float = {n.name for n in weight_matmuls(onnx.load(str(tmp_path / "q.onnx")))}
+    assert still_float == {k["node"] for k in kept}
+
+
+@pytest.mark.parametrize("value, words", [
+    ("not json", "not valid JSON"),
+    ('{"float_matmuls": []}', "'scheme' string"),
+    ('{"scheme": "x", "float_matmuls": [{"node": "a"}]}', "'float_matmuls' must be a list"),
+    ('{"scheme": "x", "float_matmuls": {}}', "'float_matmuls' must be a list"),
+])
+def test_the_int8_record_is_validated(int8_file, tmp_path, value, words):
+    model = onnx.load(str(int8_file))
+    for prop in model.metadata_props:
+        if prop.key == contract.META_INT8:
+            prop.value = value
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model, str(bad))
+    with pytest.raises(ModelFileError, match=words):
+        read_model_file(bad)
