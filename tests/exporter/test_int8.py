@@ -16,7 +16,7 @@ from ortformer.exporter.int8 import quantize_int8_rows, weight_matmuls
 from ortformer.exporter.precision import calibration_feeds
 from ortformer.parity import row_cosines
 from ortformer.runtime import Runtime
-from ortformer.runtime.modelfile import read_model_file
+from ortformer.modelfile import read_model_file
 
 
 def invoke(*args):
