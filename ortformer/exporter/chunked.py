@@ -195,7 +195,7 @@ def chunked_gate(path, eager, cfg, dtype: str = "float32", seed: int = 0) -> dic
         outputs = {}
         for name in contract.output_names(cfg):
             m = parity.compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
-            m["passed"] = parity._passes(m, gate)
+            m["passed"] = parity.passes(m, gate)
             passed = passed and m["passed"]
             outputs[name] = m
         cases.append({"batch": case.batch, "sequence": case.sequence, "padding": case.padding, "outputs": outputs})
