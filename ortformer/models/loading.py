@@ -13,7 +13,7 @@ from .weights import checkpoint_digest, find_weights
 # Hugging Face model_type -> module in models/hf/ whose ``load`` imports it
 FAMILIES = {
     "bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
-    "distilbert": "distilbert", "electra": "electra",
+    "distilbert": "distilbert", "electra": "electra", "mpnet": "mpnet", "modernbert": "modernbert",
 }
 
 

@@ -1,0 +1,154 @@
+"""Import a ModernBERT folder.
+
+transformers' ModernBertModel, with e = LN_emb(tok_embeddings(ids)):
+
+    x = e;  per layer l:  x = x + Wo(attn(attn_norm(x)));  x = x + mlp.Wo(act(a) * g), [a; g] = mlp.Wi(mlp_norm(x))
+    out = final_norm(x)
+
+with attn_norm the Identity in layer 0, is ortformer's pre-norm encoder with
+embedding_norm=True (which skips block 0's attention pre-norm) and a gated feed-forward
+(``Wi(x).chunk(2)`` gives (input, gate): rows [a; g], as ffn_gated). Attention:
+
+- ``Wqkv`` rows are [Q; K; V] (viewed as (B, N, 3, H, D)), ortformer's qkv layout as is;
+- rotary positions (rotate-half) at the sequence index, theta per layer kind: full
+  attention layers use the global theta, sliding layers the local one;
+- layer l is global when l % global_attn_every_n_layers == 0; a sliding layer attends to
+  |i - j| <= local_attention // 2 (transformers' sliding_window, inclusive), which is
+  local_window = local_attention.
+
+Newer config.json files spell the pattern and thetas as ``layer_types`` and
+``rope_parameters``, older ones as ``global_attn_every_n_layers``, ``global_rope_theta`` and
+``local_rope_theta``; both are read, and a pattern or rope that ortformer cannot express
+exactly is refused. ``attention_bias``, ``mlp_bias`` and ``norm_bias`` must agree (one
+``bias`` field). Dropout, flash-attention and prediction-head options change nothing in an
+encoder's inference and are ignored.
+"""
+from __future__ import annotations
+
+from ...config import EncoderConfig
+from ...errors import CheckpointError
+from ..loaded import Loaded
+from ..weights import Tensors, check_tensors
+from .bert import ACTIVATIONS
+from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+
+WHAT = "ModernBERT "
+FULL, SLIDING = "full_attention", "sliding_attention"
+DEFAULT_THETA = {FULL: ("global_rope_theta", 160000.0), SLIDING: ("local_rope_theta", 10000.0)}
+BIAS_FLAGS = ("attention_bias", "mlp_bias", "norm_bias")
+# task heads of ModernBertFor... checkpoints (the base model sits under "model.")
+DROPPED_PREFIXES = ("head.", "decoder.", "classifier.", "drop.")
+REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+
+
+def layer_pattern(hf: dict, layers: int) -> tuple[int, int]:
+    """(local_window, global_every) from layer_types or global_attn_every_n_layers;
+    (0, 1) when every layer is global."""
+    if hf.get("layer_types") is not None:
+        kinds = hf["layer_types"]
+        if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {FULL, SLIDING}:
+            raise CheckpointError(f"{WHAT}config.json layer_types={kinds!r:.120} is not supported; it must list "
+                                  f"{FULL!r} or {SLIDING!r} for each of the {layers} layers")
+    else:
+        every = hf.get("global_attn_every_n_layers", 3)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise CheckpointError(f"{WHAT}config.json global_attn_every_n_layers={every!r} is not supported; "
+                                  "it must be an int >= 1")
+        kinds = [SLIDING if l % every else FULL for l in range(layers)]
+    if SLIDING not in kinds:
+        return 0, 1
+    # the second global layer fixes the period; with none, any period past the last layer does
+    every = next((l for l in range(1, layers) if kinds[l] == FULL), max(layers, 2))
+    if kinds != [SLIDING if l % every else FULL for l in range(layers)]:
+        raise CheckpointError(f"{WHAT}config.json layer_types={kinds!r:.160} is not supported; ortformer implements "
+                              "layer l global when l % global_every == 0 and sliding otherwise")
+    window = hf.get("local_attention", 128)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise CheckpointError(f"{WHAT}config.json local_attention={window!r} is not supported; ortformer implements "
+                              "windows of an int >= 2 tokens (|i - j| <= local_attention // 2)")
+    return window, every
+
+
+def rope_thetas(hf: dict) -> dict[str, float]:
+    """The rotary theta of each layer kind, from rope_parameters or the older *_rope_theta keys."""
+    refuse(hf, "rope_scaling", (None,), None, WHAT)
+    params = hf.get("rope_parameters") or {}
+    if not isinstance(params, dict) or not set(params) <= {FULL, SLIDING}:
+        raise CheckpointError(f"{WHAT}config.json rope_parameters={params!r:.120} is not supported; "
+                              f"ortformer reads one entry per layer kind ({FULL!r}, {SLIDING!r})")
+    thetas = {}
+    for kind, (old_key, default) in DEFAULT_THETA.items():
+        rope = params.get(kind) or {}
+        if not isinstance(rope, dict):
+            raise CheckpointError(f"{WHAT}config.json rope_parameters[{kind!r}]={rope!r:.80} is not supported")
+        refuse(rope, "rope_type", ("default",), "default", f"{WHAT}rope_parameters[{kind!r}] in ")
+        extra = sorted(set(rope) - {"rope_type", "rope_theta"})
+        if extra:
+            raise CheckpointError(f"{WHAT}config.json rope_parameters[{kind!r}] sets {', '.join(extra)}; ortformer "
+                                  "implements the default rope (rope_type and rope_theta only)")
+        thetas[kind] = rope["rope_theta"] if "rope_theta" in rope else hf.get(old_key, default)
+    return thetas
+
+
+def modernbert_config(hf: dict, common: dict) -> EncoderConfig:
+    require(hf, "ModernBERT", REQUIRED)
+    refuse(hf, "hidden_activation", tuple(ACTIVATIONS), "gelu", WHAT)
+    biases = {flag: hf.get(flag, False) for flag in BIAS_FLAGS}
+    if len(set(biases.values())) != 1 or not isinstance(biases["norm_bias"], bool):
+        raise CheckpointError(f"{WHAT}config.json {', '.join(f'{k}={v!r}' for k, v in biases.items())} is not "
+                              "supported; ortformer implements the three all true or all false (one bias field)")
+    head_dim = hf.get("head_dim")
+    if head_dim is not None and not (isinstance(head_dim, int) and head_dim * hf["num_attention_heads"] == hf["hidden_size"]):
+        raise CheckpointError(f"{WHAT}config.json head_dim={head_dim!r} is not supported; ortformer implements "
+                              "head_dim = hidden_size / num_attention_heads")
+    window, every = layer_pattern(hf, hf["num_hidden_layers"])
+    thetas = rope_thetas(hf)
+    return make_config(
+        "ModernBERT", vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=hf["num_attention_heads"],
+        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True,
+        bias=biases["norm_bias"], attention="softmax", norm="layernorm", norm_position="pre", embedding_norm=True,
+        activation=ACTIVATIONS[hf.get("hidden_activation", "gelu")], positions="rotary",
+        rotary_theta=thetas[FULL], rotary_theta_local=thetas[SLIDING] if window else 0.0,
+        local_window=window, global_every=every, max_positions=hf.get("max_position_embeddings", 8192),
+        type_vocab_size=0, norm_eps=hf.get("norm_eps", 1e-5), **common)
+
+
+def names(cfg: EncoderConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Encoder tensor name -> (ModernBertModel name, shape)."""
+    f, ffn = cfg.hidden_size, cfg.ffn_size
+    out = {"tokens.weight": ("embeddings.tok_embeddings.weight", (cfg.vocab_size, f))}
+    pairs = {"embed_norm": ("embeddings.norm", f, None), "norm": ("final_norm", f, None)}
+    for i in range(cfg.num_layers):
+        p, q = f"layers.{i}.", f"blocks.{i}."
+        if i:  # layer 0's attn_norm is the Identity
+            pairs[q + "norm1"] = (p + "attn_norm", f, None)
+        pairs[q + "attention.qkv"] = (p + "attn.Wqkv", 3 * f, f)
+        pairs[q + "attention.out"] = (p + "attn.Wo", f, f)
+        pairs[q + "norm2"] = (p + "mlp_norm", f, None)
+        pairs[q + "ffn.up"] = (p + "mlp.Wi", 2 * ffn, f)
+        pairs[q + "ffn.down"] = (p + "mlp.Wo", f, ffn)
+    for ours, (theirs, rows, cols) in pairs.items():
+        out[ours + ".weight"] = (theirs + ".weight", (rows,) if cols is None else (rows, cols))
+        if cfg.bias:
+            out[ours + ".bias"] = (theirs + ".bias", (rows,))
+    return out
+
+
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
+    """Check a ModernBERT state dict and rename it; no tensor changes."""
+    kept, dropped = {}, []
+    for name, tensor in raw.items():
+        short = name.removeprefix("model.")
+        if short.startswith(DROPPED_PREFIXES):
+            dropped.append(name)
+        else:
+            kept[short] = tensor
+    table = names(cfg)
+    check_tensors(kept, dict(table.values()), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    return {ours: kept[theirs] for ours, (theirs, _) in table.items()}, sorted(dropped)
+
+
+def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a ModernBERT folder as an ortformer Encoder."""
+    return import_folder(folder, family="modernbert", build=modernbert_config, map_weights=map_weights,
+                         pooling=pooling, normalize=normalize, name=name)
