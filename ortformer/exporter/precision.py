@@ -50,7 +50,7 @@ def calibration_feeds(cfg, tokenizer: Path | None) -> tuple[list[dict], str]:
     from ..parity import Case, make_inputs
 
     if tokenizer is not None and cfg.takes_ids:
-        from ..bench.corpus import sentences
+        from ..corpus import sentences
         from ..errors import MissingExtraError, ModelFileError
         from ..runtime.batching import pad
         from ..text import TextEncoder, TruncationWarning
