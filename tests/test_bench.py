@@ -76,3 +76,56 @@ def test_quick_labels_what_it_measured(quick):
     assert names and all("seq 128" not in n and "tiny" in n for n in names if "onnxruntime" in n)
     target_lines = [line for line in stdout.splitlines() if any(line.startswith(n[:40]) for n in names)]
     assert target_lines and all(line.rstrip().endswith("n/a (quick)") for line in target_lines)
+
+
+@pytest.mark.parametrize("scenario", ["latency", "throughput"])
+def test_peers_run_beside_ortformer_on_the_same_weights(quick, scenario):
+    peers = quick[2]["scenarios"][scenario]["peers"]
+    rows = {r["contender"]: r for r in peers["rows"]}
+    assert set(rows) == {"transformers_eager", "transformers_onnx_optimized", "ortformer_float32", "ortformer_int8"}
+    assert peers["unavailable"] == {} and peers["best_peer"] in ("transformers_eager", "transformers_onnx_optimized")
+    best = rows[peers["best_peer"]]["median_ms"]
+    assert best == min(r["median_ms"] for r in rows.values() if r["peer"])
+    ceiling = peers["matmul_ceiling"]
+    assert ceiling["gflops"] > 0 and len(ceiling["shapes"]) == 5 and all(s["gflops"] > 0 for s in ceiling["shapes"])
+    for row in rows.values():  # both ratios come from this run's medians
+        assert row["median_ms"] > 0
+        assert row["vs_best_peer"] == pytest.approx(best / row["median_ms"], rel=1e-9)
+        assert row["share_of_ceiling"] == pytest.approx(row["gflops"] / ceiling["gflops"], rel=1e-9)
+    assert "vs best peer (" in quick[1] and "of ceiling" in quick[1]
+
+
+def test_peer_ratios_are_taken_between_medians():
+    from ortformer.bench.peers import peer_rows
+
+    stats = {"a": {"median_s": 0.2}, "b": {"median_s": 0.1}, "ours": {"median_s": 0.05}}
+    report = peer_rows(stats, ["a", "b"], flops=1e9, ceiling_gflops=40.0)
+    rows = {r["contender"]: r for r in report["rows"]}
+    assert report["best_peer"] == "b"
+    assert rows["ours"]["vs_best_peer"] == pytest.approx(2.0) and rows["a"]["vs_best_peer"] == pytest.approx(0.5)
+    assert rows["ours"]["gflops"] == pytest.approx(20.0) and rows["ours"]["share_of_ceiling"] == pytest.approx(0.5)
+    assert [r["peer"] for r in report["rows"]] == [True, True, False]
+
+
+def test_gemm_shapes_cover_the_model_flops():
+    from ortformer.bench.peers import gemm_shapes
+    from ortformer.config import preset
+    from ortformer.cost import total_flops
+
+    cfg = preset("bert-base")
+    flops = sum(s["count"] * 2 * s["batch"] * s["m"] * s["k"] * s["n"] for s in gemm_shapes(cfg, 2, 128))
+    assert flops == total_flops(cfg, 128) * 2
+
+
+def test_a_missing_peer_is_reported_not_fatal(monkeypatch, tmp_path):
+    import sys
+
+    from ortformer.bench import peers
+    from ortformer.bench.run import format_table
+
+    monkeypatch.setitem(sys.modules, "optimum", None)  # import optimum.onnxruntime now fails
+    runners, why = peers.st_onnx_runners(tmp_path, tmp_path, ["a text"], 1)
+    assert runners == {} and "optimum.onnxruntime does not import" in why
+    table = format_table({"quick": False, "scenarios": {"real": {
+        "seconds": 1.0, "rows": [], "targets": [], "unavailable": {"sentence-transformers ONNX backend": why}}}})
+    assert f"sentence-transformers ONNX backend: not available here ({why})" in table

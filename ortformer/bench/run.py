@@ -17,6 +17,7 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
 from .._version import __version__  # noqa: E402
+from .peers import format_peers  # noqa: E402
 from .plot import plot_long  # noqa: E402
 from .scenarios import SCENARIOS  # noqa: E402
 
@@ -69,6 +70,11 @@ def format_table(result: dict) -> str:
             lines.append(f"{t['name']:<62} {t['target']:>10} {t['measured']:>11.4g}{t['unit']:<1}  {met}")
     for name, scenario in result["scenarios"].items():
         lines.append(f"\n[{name}] {scenario.get('model', '')} ({scenario['seconds']} s)")
+        # what a user would pick instead leads: peers, the MatMul ceiling, and peers that could not run
+        if scenario.get("peers"):
+            lines.extend(format_peers(scenario["peers"]))
+        for peer, why in scenario.get("unavailable", {}).items():
+            lines.append(f"  {peer}: not available here ({why})")
         for row in scenario["rows"]:
             lines.append("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
         family = scenario.get("family")
