@@ -181,7 +181,7 @@ def _check_text_max_length(path: Path, value: str | None, config: EncoderConfig)
         return
     if not re.fullmatch(r"[0-9]{1,20}", value) or not 1 <= int(value) <= config.max_sequence:
         raise ModelFileError(f"{path}: '{contract.META_TEXT_MAX_LENGTH}' metadata is {value!r}; valid: "
-                             f"an integer in [1, {config.max_sequence}] (the longest sequence the model takes)")
+                             f"an integer in [1, {config.max_sequence}] (max_positions: the longest sequence the model takes)")
 
 
 def _check_int8(path: Path, text: str) -> None:

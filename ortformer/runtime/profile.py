@@ -101,7 +101,7 @@ def profile_ops(path: str | os.PathLike, batch: int = 1, sequence: int | None = 
         try:
             if sequence is None:  # 128 tokens, or the model's longest when that is shorter
                 sequence = min(DEFAULT_SEQUENCE, runtime.config.max_sequence)
-            check_int("sequence", sequence, high=runtime.config.max_sequence, why=" (the longest sequence the model takes)")
+            check_int("sequence", sequence, high=runtime.config.max_sequence, why=" (max_positions: the longest sequence the model takes)")
             cost.check_fits(cost.activation_bytes(runtime.config, batch, sequence),
                             f"profiling at batch {batch} x sequence {sequence}", "choose a smaller --batch or --sequence")
             feeds = synthetic_feeds(runtime, batch, sequence)

@@ -175,7 +175,7 @@ def test_infer_writes_npy_through_a_memmap(models, tmp_path):
     inputs = make_inputs(cfg, Case(2, 40, "none"), np.random.default_rng(4))
     np.save(tmp_path / "ids.npy", inputs[contract.INPUT_IDS])
     result = CliRunner().invoke(cli, ["infer", str(models("linear")), "--input", str(tmp_path / "ids.npy"),
-                                      "--output", "last_hidden_state", "-o", str(tmp_path / "x.npy")])
+                                      "--tensor", "last_hidden_state", "-o", str(tmp_path / "x.npy")])
     assert result.exit_code == 0, result.output
     want = Runtime(models("linear"), "cpu").run(input_ids=inputs[contract.INPUT_IDS])[contract.LAST_HIDDEN_STATE]
     assert np.array_equal(np.load(tmp_path / "x.npy"), want)

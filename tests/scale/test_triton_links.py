@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from ortformer.errors import ExportError, ModelFileError
+from ortformer.errors import ModelFileError, OutputError
 from ortformer.scale import write_triton_repo
 
 
@@ -32,7 +32,7 @@ def test_a_linked_entry_or_version_folder_is_refused(tiny, tmp_path, link):
     if link == "evil":
         (repo / "evil").rmdir()
     os.symlink(victim, repo / link)
-    with pytest.raises(ExportError, match="symbolic link"):
+    with pytest.raises(OutputError, match="symbolic link"):
         write_triton_repo(tiny, repo, name="evil", force=True)
     assert sorted(p.name for p in victim.iterdir()) == ["mine.txt"]
 
