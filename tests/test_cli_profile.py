@@ -69,7 +69,7 @@ def test_json(features_model):
 
 def test_sequence_beyond_max_positions_is_a_one_line_error(tokens_model):
     result = invoke("profile", tokens_model, "--sequence", "65", code=1)
-    assert result.stderr.strip() == "error: sequence=65 must be an int in [1, 64] (the longest sequence the model takes)"
+    assert result.stderr.strip() == "error: sequence=65 must be an int in [1, 64] (max_positions: the longest sequence the model takes)"
     assert result.stdout == ""
 
 
