@@ -4,21 +4,30 @@ onnxruntime's dynamic quantization (``DynamicQuantizeLinear``) computes one scal
 the whole activation tensor, so a row's result depends on the other rows of its
 batch. Here every MatMul ``Y = X W`` with a constant weight W (K, F) becomes
 
-    x'  = x / m                   m (K,): SmoothQuant, sqrt(max|X_k| / max|W_k|)  # (M, K)
-    s_r = max(max(x'_r) / (255 - z), -min(x'_r) / z)   per row r                 # (M, 1)
-    q_r = clip(round(x'_r / s_r) + z, 0, 255)  as uint8                          # (M, K)
+    x'  = x / m                   m (K,): SmoothQuant, sqrt(max|X_k| / max|W_k|)  # (..., K)
+    s_r = max(max(x'_r) / (255 - z), -min(x'_r) / z)   per row r                 # (..., 1)
+    q_r = clip(round(x'_r / s_r) + z, 0, 255)  as uint8                          # (..., K)
     W_q = round(m W / c) + 128, c = max|m W[:, f]| / 127  as uint8, per column   # (K, F)
-    Y   = MatMulInteger(q, W_q, z, 128) * s ⊗ c                                  # (M, F)
+    Y   = MatMulIntegerToFloat(q, W_q, 1, c, z, 128) * s                         # (..., F)
 
 so each row's scale is its own and a row's result never depends on its batch.
 z (one per MatMul) and m are constants calibrated at export on the float model's own
-activations (real text when a tokenizer is given, else random ids), which keeps the
-graph to one QuantizeLinear, one MatMulInteger and two Muls per product.
+activations (real text when a tokenizer is given, else random ids). Dividing the rows
+by s_r before a QuantizeLinear of scale 1 lets onnxruntime's MatMulIntegerToFloat
+(scalar activation scale only) do the GEMM, the int32 -> float cast and the column
+scales in one kernel with prepacked weights; only s_r is applied outside it. The
+earlier form (MatMulInteger, Cast, two Muls, reshapes to (M, K)) ran 1.1-1.2x float32
+against 1.3x for this one (benchmarks/int8_schemes.py).
 - m moves outlier input channels (LayerNorm outputs have a few) into the weights;
   without it all-MiniLM-L6-v2's sentence cosine on real text was 0.987 (min).
 - uint8 x uint8 with 8-bit weights: without VNNI (AVX2), u8 x s8 runs on VPMADDUBSW,
   whose int16 pair sums saturate unless weights keep 7 bits, and 7 bits measured
-  sentence cosine min 0.9937 / median 0.9984 against 0.9959 / 0.9992 for u8 x u8.
+  sentence cosine min 0.9937 / median 0.9984 against 0.9959 / 0.9992 for u8 x u8
+  (and a per-token gate of 0.977 < 0.99). u8 x s8 is the only kernel here that
+  would reach 1.5x float32; 7-bit activations with 8-bit weights fare worse (0.984).
+- static activation scales (constants, calibrated) are faster still but fail the
+  gate: per-token cosine 0.76 on the parity grid, sentence min 0.958-0.976. See
+  benchmarks/int8_schemes.py and the README's int8 section for the measured table.
 """
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+MS = "com.microsoft"
 WEIGHT_LEVELS = 127  # symmetric 8-bit weights, stored as uint8 with zero point 128
 SMOOTHING = 0.5  # SmoothQuant alpha: m_k = max|X_k|^a / max|W_k|^(1-a)
 
@@ -56,7 +66,8 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
     graph = out.graph
     weights = {t.name: t for t in graph.initializer}
     targets = ({n.name for n in weight_matmuls(out)} & set(zero_points)) - set(keep_float)
-    consts = {"i8.eps": np.array(1e-12, np.float32), "i8.last": np.array([-1], np.int64)}
+    consts = {"i8.eps": np.array(1e-12, np.float32), "i8.last": np.array([-1], np.int64),
+              "i8.one": np.array(1.0, np.float32)}
     nodes: list[onnx.NodeProto] = []
     used: set[str] = set()
     for node in graph.node:
@@ -74,36 +85,28 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
         p = f"{node.name}.i8"
         used.add(w_name)
         consts.update({
-            f"{p}.w": wstore, f"{p}.wz": np.array(128 if weights_u8 else 0, np.uint8 if weights_u8 else np.int8), f"{p}.c": col, f"{p}.zp": np.array(zp, np.uint8),
-            f"{p}.zpv": np.array([zp], np.uint8),  # zero point per row: one value, expanded to (M,)
+            f"{p}.w": wstore, f"{p}.wz": np.array(128 if weights_u8 else 0, np.uint8 if weights_u8 else np.int8),
+            f"{p}.c": col, f"{p}.zp": np.array(zp, np.uint8),
             # the largest row value maps to 255, the smallest to 0; a side with no levels is ignored
             f"{p}.hi": np.array(1 / (255 - zp) if zp < 255 else 0.0, np.float32),
             f"{p}.lo": np.array(-1 / zp if zp > 0 else 0.0, np.float32),
-            f"{p}.k": np.array([-1, wq.shape[0]], np.int64), f"{p}.f": np.array([wq.shape[1]], np.int64),
         })
         if sm is not None:
             consts[f"{p}.inv"] = (1 / sm).astype(np.float32)
             nodes.append(helper.make_node("Mul", [x, f"{p}.inv"], [f"{p}.xs"]))
             x = f"{p}.xs"
         nodes += [
-            # rows: (..., K) -> (M, K), so one per-axis QuantizeLinear quantizes every row by its own scale
-            helper.make_node("Reshape", [x, f"{p}.k"], [f"{p}.x2"]),
-            helper.make_node("ReduceMax", [f"{p}.x2", "i8.last"], [f"{p}.max"], keepdims=1),
-            helper.make_node("ReduceMin", [f"{p}.x2", "i8.last"], [f"{p}.min"], keepdims=1),
+            helper.make_node("ReduceMax", [x, "i8.last"], [f"{p}.max"], keepdims=1),  # (..., 1)
+            helper.make_node("ReduceMin", [x, "i8.last"], [f"{p}.min"], keepdims=1),
             helper.make_node("Mul", [f"{p}.max", f"{p}.hi"], [f"{p}.s_hi"]),
             helper.make_node("Mul", [f"{p}.min", f"{p}.lo"], [f"{p}.s_lo"]),
-            helper.make_node("Max", [f"{p}.s_hi", f"{p}.s_lo", "i8.eps"], [f"{p}.s"]),  # (M, 1)
-            helper.make_node("Squeeze", [f"{p}.s", "i8.last"], [f"{p}.s1"]),
-            helper.make_node("Shape", [f"{p}.s1"], [f"{p}.m"]),
-            helper.make_node("Expand", [f"{p}.zpv", f"{p}.m"], [f"{p}.z"]),
-            helper.make_node("QuantizeLinear", [f"{p}.x2", f"{p}.s1", f"{p}.z"], [f"{p}.q"], axis=0),
-            helper.make_node("MatMulInteger", [f"{p}.q", f"{p}.w", f"{p}.zp", f"{p}.wz"], [f"{p}.acc"]),  # (M, F) int32
-            helper.make_node("Cast", [f"{p}.acc"], [f"{p}.accf"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [f"{p}.accf", f"{p}.s"], [f"{p}.yr"]),
-            helper.make_node("Mul", [f"{p}.yr", f"{p}.c"], [f"{p}.y2"]),
-            helper.make_node("Shape", [node.input[0]], [f"{p}.shape"], end=-1),
-            helper.make_node("Concat", [f"{p}.shape", f"{p}.f"], [f"{p}.oshape"], axis=0),
-            helper.make_node("Reshape", [f"{p}.y2", f"{p}.oshape"], list(node.output)),
+            helper.make_node("Max", [f"{p}.s_hi", f"{p}.s_lo", "i8.eps"], [f"{p}.s"]),  # (..., 1)
+            # rows divided by their own scale, so the GEMM's activation scale is the constant 1
+            helper.make_node("Div", [x, f"{p}.s"], [f"{p}.xn"]),
+            helper.make_node("QuantizeLinear", [f"{p}.xn", "i8.one", f"{p}.zp"], [f"{p}.q"]),
+            helper.make_node("MatMulIntegerToFloat", [f"{p}.q", f"{p}.w", "i8.one", f"{p}.c", f"{p}.zp", f"{p}.wz"],
+                             [f"{p}.y"], domain=MS),  # (..., F) = (q - z)(W_q - wz) * c
+            helper.make_node("Mul", [f"{p}.y", f"{p}.s"], list(node.output)),
         ]
     still_used = {i for n in nodes for i in n.input}
     kept = [t for t in graph.initializer if t.name not in used or t.name in still_used]
@@ -111,6 +114,8 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
     graph.node.extend(nodes)
     del graph.initializer[:]
     graph.initializer.extend(kept + [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    if targets and not any(o.domain == MS for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(MS, 1))
     return out
 
 
@@ -215,6 +220,7 @@ def quantize_int8_rows(source, target, feeds: list[dict], calibration: str,
                      "reason": f"calibration min cosine {cosine:.5f} < {floor} with it in int8, and its "
                                f"simulated int8 error {errors[name]:.4f} was the largest left"})
     onnx.save_model(quantized, str(target))
-    return {"scheme": "per-row dynamic uint8 activations, SmoothQuant a=0.5, per-column uint8 weights",
+    return {"scheme": "per-row dynamic uint8 activations, SmoothQuant a=0.5, per-column uint8 weights, "
+                      "MatMulIntegerToFloat",
             "calibration": calibration, "floor": floor, "calibration_min_cosine": round(cosine, 6),
             "int8_matmuls": len(matmuls) - len(kept), "float_matmuls": kept}
