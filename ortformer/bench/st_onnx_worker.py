@@ -43,7 +43,10 @@ def parse_command(line: str) -> tuple[str, list[str]]:
     if verb not in COMMANDS:
         raise InputError(f"unknown command {verb!r}; the worker answers {', '.join(COMMANDS)}")
     count = COMMANDS[verb]
-    args = rest.split(" ", count - 1) if count and rest else []
+    if not rest:
+        args = []
+    else:  # a verb without arguments keeps the whole rest as one, so `quit now` is refused too
+        args = rest.split(" ", max(count - 1, 0))
     if len(args) != count or any(not a for a in args):
         raise InputError(f"{verb!r} takes {count} argument(s), got {line.strip()!r}")
     return verb, args
