@@ -30,7 +30,8 @@ def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
     Examples:
       ortformer bench --quick
       ortformer bench --scenario latency --scenario long --threads 2
-      ortformer bench --setup-peers && ortformer bench --scenario real
+      ortformer bench --setup-peers
+      ortformer bench --scenario real
     """
     from ..errors import require_torch
 
