@@ -116,16 +116,3 @@ def test_gemm_shapes_cover_the_model_flops():
     flops = sum(s["count"] * 2 * s["batch"] * s["m"] * s["k"] * s["n"] for s in gemm_shapes(cfg, 2, 128))
     assert flops == total_flops(cfg, 128) * 2
 
-
-def test_a_missing_peer_is_reported_not_fatal(monkeypatch, tmp_path):
-    import sys
-
-    from ortformer.bench import peers
-    from ortformer.bench.run import format_table
-
-    monkeypatch.setitem(sys.modules, "optimum", None)  # import optimum.onnxruntime now fails
-    runners, why = peers.st_onnx_runners(tmp_path, tmp_path, ["a text"], 1)
-    assert runners == {} and "optimum.onnxruntime does not import" in why
-    table = format_table({"quick": False, "scenarios": {"real": {
-        "seconds": 1.0, "rows": [], "targets": [], "unavailable": {"sentence-transformers ONNX backend": why}}}})
-    assert f"sentence-transformers ONNX backend: not available here ({why})" in table

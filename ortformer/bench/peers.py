@@ -1,11 +1,11 @@
-"""What a user would pick instead of ortformer, timed beside it in the same process.
+"""What a user would pick instead of ortformer, timed beside it in the same interleaved run.
 
 - Hugging Face transformers eager, on the same weights (a random-init BertModel saved
   with save_pretrained and imported the way `ortformer export --from` does);
 - that model through torch.onnx (legacy TorchScript exporter) and onnxruntime's
   transformers optimizer (model_type="bert"), run by plain onnxruntime;
-- sentence-transformers' ONNX backend (plain, O3, dynamic int8), when optimum's
-  onnxruntime part imports here;
+- sentence-transformers' ONNX backend (plain, O3, dynamic int8) on the real-model
+  scenario, from a worker process of its own (st_onnx_peer.py);
 - onnxruntime's MatMul at the model's own GEMM shapes: the ceiling a float32 model's
   GFLOP/s is judged against.
 
@@ -14,7 +14,6 @@ luck on a noisy machine moves both sides alike.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -187,45 +186,6 @@ def peer_rows(stats: dict, peer_names: list[str], flops: float, ceiling_gflops: 
     return {"best_peer": best, "rows": rows}
 
 
-ST_ONNX_VARIANTS = {"st_onnx": None, "st_onnx_O3": "onnx/model_O3.onnx", "st_onnx_int8": "onnx/model_qint8_avx2.onnx"}
-
-
-def st_onnx_unavailable() -> str | None:
-    """Why sentence-transformers' ONNX backend cannot run here, or None when it can."""
-    try:
-        import optimum.onnxruntime  # noqa: F401
-    except Exception as error:
-        return (f"optimum.onnxruntime does not import ({type(error).__name__}: {str(error)[:160]}); "
-                "optimum-onnx needs transformers<4.58 and its onnxruntime extra installs the CPU onnxruntime "
-                "beside onnxruntime-gpu")
-    return None
-
-
-def st_onnx_runners(workdir: Path, folder: Path, texts: list[str], threads: int) -> tuple[dict, str | None]:
-    """{name: encode-all-texts} for the ONNX backend plain, O3 and dynamic int8 (avx2), or why not."""
-    reason = st_onnx_unavailable()
-    if reason:
-        return {}, reason
-    from sentence_transformers import (SentenceTransformer, export_dynamic_quantized_onnx_model,
-                                       export_optimized_onnx_model)
-
-    local = workdir / "minilm-st-onnx"
-    try:
-        if not local.exists():
-            shutil.copytree(folder, local)
-        kwargs = {"provider": "CPUExecutionProvider", "session_options": session_options(threads)}
-        plain = SentenceTransformer(str(local), device="cpu", backend="onnx", model_kwargs=kwargs)
-        plain.save_pretrained(str(local))  # writes onnx/model.onnx that O3 and int8 start from
-        export_optimized_onnx_model(plain, "O3", str(local))
-        export_dynamic_quantized_onnx_model(plain, "avx2", str(local))
-        models = {name: plain if file is None else SentenceTransformer(
-            str(local), device="cpu", backend="onnx", model_kwargs={**kwargs, "file_name": file})
-            for name, file in ST_ONNX_VARIANTS.items()}
-    except Exception as error:
-        return {}, f"{type(error).__name__}: {str(error)[:300]}"
-    return {name: (lambda m=m: m.encode(texts, batch_size=32)) for name, m in models.items()}, None
-
-
 def format_peers(peers: dict) -> list[str]:
     """Report lines: each contender beside the best peer and the ceiling; unavailable peers named."""
     lines = [f"  peers at batch {peers['batch']}, seq {peers['sequence']} ({peers['weights']}); "
@@ -238,5 +198,4 @@ def format_peers(peers: dict) -> list[str]:
     return lines
 
 
-__all__ = ["bert_peers", "matmul_ceiling", "gemm_shapes", "peer_rows", "st_onnx_runners", "st_onnx_unavailable",
-           "format_peers"]
+__all__ = ["bert_peers", "matmul_ceiling", "gemm_shapes", "peer_rows", "format_peers"]

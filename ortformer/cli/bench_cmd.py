@@ -19,15 +19,28 @@ SCENARIO_NAMES = ("latency", "throughput", "long", "real")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
               help="Folder for bench.json and bench_long.png.")
 @click.option("--force", is_flag=True, help="Replace bench.json and bench_long.png from an earlier run.")
-def bench(scenarios, quick, threads, iterations, out_dir, force):
+@click.option("--setup-peers", is_flag=True,
+              help="Install sentence-transformers' ONNX backend (pinned, with the transformers<4.58 it needs) into "
+                   "the peers overlay beside the venv ($ORTFORMER_PEERS_OVERLAY, default <venv>/peers-overlay) "
+                   "and exit; the real scenario then times it.")
+def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
     """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
 
     \b
     Examples:
       ortformer bench --quick
       ortformer bench --scenario latency --scenario long --threads 2
+      ortformer bench --setup-peers
+      ortformer bench --scenario real
     """
     from ..errors import require_torch
+
+    if setup_peers:
+        from ..bench.overlay import setup_overlay
+
+        folder = setup_overlay(log=lambda line: click.echo(line, err=True))
+        click.echo(f"peers overlay ready at {folder}")
+        return
 
     # refused before minutes of measuring, not after
     out = check_output(out_dir, force=force, option="--out", folder=True)

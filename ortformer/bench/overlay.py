@@ -1,0 +1,85 @@
+"""The peers overlay: packages that cannot share the venv, installed beside it.
+
+sentence-transformers' ONNX backend needs optimum-onnx, which needs transformers<4.58;
+ortformer's own tests need transformers 5. So the pins in st_onnx_peer.txt go into a
+folder of their own (``pip install --no-deps --target``), and only the bench's worker
+process puts that folder in front of the venv (PYTHONPATH entries come before
+site-packages). torch, numpy and onnxruntime still come from the venv.
+
+The folder is ``<venv>/peers-overlay`` (sys.prefix), or $ORTFORMER_PEERS_OVERLAY.
+A stamp file holds the SHA-256 of the pins it was built from, so changed pins read
+as "stale" instead of running the old versions.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import OrtformerError
+
+PINS = Path(__file__).with_name("st_onnx_peer.txt")
+ENV_VAR = "ORTFORMER_PEERS_OVERLAY"
+STAMP = ".pins-sha256"
+SETUP_COMMAND = "ortformer bench --setup-peers"
+
+
+def overlay_dir() -> Path:
+    return Path(os.environ.get(ENV_VAR) or Path(sys.prefix) / "peers-overlay")
+
+
+def pins_digest() -> str:
+    return hashlib.sha256(PINS.read_bytes()).hexdigest()
+
+
+def overlay_problem(folder: Path | None = None) -> str | None:
+    """Why the overlay cannot be used (with the command that fixes it), or None when it can."""
+    folder = folder or overlay_dir()
+    stamp = folder / STAMP
+    if not stamp.exists():
+        return (f"no peers overlay at {folder}: run `{SETUP_COMMAND}` (./dev bench --setup-peers) to install "
+                f"{', '.join(pinned())} there")
+    if stamp.read_text().strip() != pins_digest():
+        return f"the peers overlay at {folder} was built from other pins: rerun `{SETUP_COMMAND}`"
+    return None
+
+
+def pinned() -> list[str]:
+    """The requirement lines of st_onnx_peer.txt."""
+    lines = (line.split("#")[0].strip() for line in PINS.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def setup_overlay(folder: Path | None = None, log=print) -> Path:
+    """Install the pins into ``folder`` (replacing an older overlay only once the new one is complete)."""
+    folder = folder or overlay_dir()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        log(f"installing {', '.join(pinned())} into {folder} ...")
+        # --no-deps: the rest (torch, numpy, onnxruntime-gpu) must stay the venv's; the pins name every
+        # package whose venv version the pinned ones refuse
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                               "--target", str(staging), "-r", str(PINS)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise OrtformerError(f"pip could not install the peers overlay (exit {done.returncode}): "
+                                 f"{done.stderr.strip()[-1500:]}")
+        (staging / STAMP).write_text(pins_digest() + "\n")
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            folder.rename(old)
+            staging.rename(folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+__all__ = ["overlay_dir", "overlay_problem", "setup_overlay", "pinned", "SETUP_COMMAND", "ENV_VAR", "PINS"]
