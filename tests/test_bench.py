@@ -42,7 +42,7 @@ def test_latency_profiles_ops_and_compares_session_settings(quick):
         assert ops and all(op["ms_per_run"] > 0 and 0 < op["share"] <= 1 for op in ops)
         assert [op["ms_per_run"] for op in ops] == sorted((op["ms_per_run"] for op in ops), reverse=True)
     # the top-6 op types of a tiny model mix the integer GEMM with its per-row quantization ops
-    int8_ops = {"MatMulInteger", "QuantizeLinear", "ReduceMax", "ReduceMin"}
+    int8_ops = {"MatMulIntegerToFloat", "QuantizeLinear", "ReduceMax", "ReduceMin"}
     assert any(op["op"] in int8_ops for op in latency["profiles"]["ort_int8"]["ops"])
     settings = latency["float32_session_settings"]
     assert set(settings) == {"runtime", "arena", "onnxruntime"}
