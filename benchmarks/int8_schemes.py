@@ -21,8 +21,8 @@ import onnx
 from onnx import numpy_helper
 
 from ortformer.exporter import export
-from ortformer.exporter.int8 import capture, quantize_rows, smoothing, weight_matmuls, zero_point
-from int8_static import Static, activation_range, quantize_rows_fused, quantize_static
+from ortformer.exporter.int8 import WEIGHT_LEVELS, capture, quantize_rows, smoothing, weight_matmuls, zero_point
+from int8_static import Static, activation_range, quantize_static
 from ortformer.exporter.precision import calibration_feeds
 from ortformer.parity import make_inputs, Case, row_cosines, run_parity
 from ortformer.runtime import Runtime
@@ -58,12 +58,12 @@ def build(model, calib, kind, static_kinds=LN + OTHER, row_kinds=(), percentile=
             zps[name], smooth[name] = int(round(zero_point(x) * act_levels / 255)), m
     out = quantize_static(model, plan, signed=signed)
     if fused_rows and signed_kinds:
-        s8 = {k: (smooth[k], zps[k]) for k in zps if kind[k] in signed_kinds}
-        out = quantize_rows_fused(out, s8, signed=True)
-        return quantize_rows_fused(out, {k: (smooth[k], zps[k]) for k in zps if k not in s8})
-    if fused_rows:
-        return quantize_rows_fused(out, {k: (smooth[k], zps[k]) for k in zps}, signed=signed,
-                                   act_levels=act_levels)
+        s8 = {k: zps[k] for k in zps if kind[k] in signed_kinds}
+        out = quantize_rows(out, s8, smooth=smooth, weights_u8=False)
+        return quantize_rows(out, {k: z for k, z in zps.items() if k not in s8}, smooth=smooth)
+    if fused_rows:  # 7-bit activations keep 8-bit weights (their products fit in VPMADDUBSW's int16 sums)
+        return quantize_rows(out, zps, smooth=smooth, weights_u8=not signed, act_levels=act_levels,
+                             weight_levels=WEIGHT_LEVELS if act_levels < 255 else None)
     return quantize_rows(out, zps, smooth=smooth) if zps else out
 
 

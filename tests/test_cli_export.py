@@ -1,30 +1,20 @@
 """`ortformer export` and `ortformer check` through click's CliRunner."""
 import json
 import os
+import sys
+from pathlib import Path
 
 import onnx
 import pytest
-from click.testing import CliRunner
 
-from ortformer.cli import cli
 from ortformer.cli.export_cmd import COMMANDS
 from ortformer.runtime import Runtime
 
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_helpers import fail_stderr as fail, invoke  # noqa: E402
+
 # the CLI around export is under test here, not tracing: one trace per model per session
 pytestmark = pytest.mark.usefixtures("cached_tracing")
-
-
-def invoke(*args, ok=True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def fail(*args, code=1):
-    result = invoke(*args, ok=False)
-    assert result.exit_code == code, result.output
-    return result.stderr.strip()
 
 
 @pytest.fixture(scope="module")

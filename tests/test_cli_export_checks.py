@@ -6,32 +6,15 @@ from pathlib import Path
 
 import onnx
 import pytest
-from click.testing import CliRunner
 
 from ortformer import contract, cost
-from ortformer.cli import cli
 from ortformer.errors import ModelFileError, ParityError
 from ortformer.runtime import Runtime, read_model_file
 
 sys.path.insert(0, str(Path(__file__).parent / "scale"))
 from conftest import minilm_tokenizer  # noqa: E402
-
-
-def invoke(*args, input=None, ok=True):
-    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
-    if ok:
-        assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def fail(*args, input=None, code=1):
-    result = invoke(*args, input=input, ok=False)
-    assert result.exit_code == code, (result.output, result.exception)
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    if code == 1:
-        assert lines[-1].startswith("error: ") and sum(x.startswith("error") for x in lines) == 1, result.stderr
-    return lines[-1]
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_helpers import fail, invoke  # noqa: E402
 
 
 def with_metadata(src: Path, dest: Path, key: str, value: str) -> Path:

@@ -1,53 +1,22 @@
 """What the CLI reads: never silently misread, never a traceback."""
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from ortformer import contract
-from ortformer.cli import cli
 from ortformer.cli.common import thread_limit
-from ortformer.config import preset
 from ortformer.runtime import Runtime
 
 sys.path.insert(0, str(Path(__file__).parent / "scale"))
-from conftest import minilm_tokenizer, set_metadata  # noqa: E402
+# the session fixture text_model: tiny with BERT's vocabulary and the MiniLM tokenizer beside it
+from conftest import text_model  # noqa: E402,F401
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_helpers import fail, invoke  # noqa: E402
 
 DEEP = "[" * 3000 + "]" * 3000
-
-
-def invoke(*args, input=None, ok=True):
-    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
-    if ok:
-        assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def fail(*args, input=None, code=1):
-    result = invoke(*args, input=input, ok=False)
-    assert result.exit_code == code, (result.output, result.exception)
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    if code == 1:
-        assert lines[-1].startswith("error: ") and sum(x.startswith("error") for x in lines) == 1, result.stderr
-    return lines[-1]
-
-
-@pytest.fixture(scope="module")
-def text_model(tmp_path_factory):
-    """tiny with BERT's vocabulary and the MiniLM tokenizer beside it."""
-    from ortformer.exporter import export
-
-    folder = tmp_path_factory.mktemp("text_model")
-    path = folder / "tiny.onnx"
-    export(preset("tiny", vocab_size=30522), path, parity=False)
-    shutil.copy(minilm_tokenizer(), folder / "tokenizer.json")
-    set_metadata(path, contract.META_TOKENIZER, "tokenizer.json")
-    return path
 
 
 def test_deeply_nested_json_is_one_line(tokens_model, tmp_path):

@@ -4,34 +4,19 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from ortformer import fsutil
-from ortformer.cli import cli
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_helpers import fail, invoke  # noqa: E402
 
 # root writes through file modes; /proc refuses new files to everyone
 UNWRITABLE = Path("/proc")
-
-
-def invoke(*args, input=None, ok=True):
-    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
-    if ok:
-        assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def fail(*args, input=None, code=1):
-    result = invoke(*args, input=input, ok=False)
-    assert result.exit_code == code, (result.output, result.exception)
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    if code == 1:  # progress lines may come before; the error is one line, the last
-        assert lines[-1].startswith("error: ") and sum(x.startswith("error") for x in lines) == 1, result.stderr
-    return lines[-1]
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "runtime"))
 from exported_models import exported  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_helpers import fail_stderr as fail, invoke  # noqa: E402
 
-from ortformer.cli import cli
 from ortformer.cli.common import human_size  # noqa: E402
 from ortformer.cli.runtime_cmd import COMMANDS  # noqa: E402
 from ortformer.cost import parameter_count  # noqa: E402
@@ -35,19 +35,6 @@ def nopool_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rt(tokens_model):
     return Runtime(tokens_model, "cpu")
-
-
-def invoke(*args, input=None, ok=True):
-    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
-    if ok:
-        assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def fail(*args, input=None, code=1):
-    result = invoke(*args, input=input, ok=False)
-    assert result.exit_code == code, result.output
-    return result.stderr.strip()
 
 
 def test_every_command_has_help_with_an_example():

@@ -54,48 +54,89 @@ def quantize_weight(w: np.ndarray, levels: int = WEIGHT_LEVELS) -> tuple[np.ndar
     return np.clip(np.round(w / scale), -levels, levels).astype(np.int8), scale
 
 
-def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
-                  keep_float: set[str] = frozenset(), weights_u8: bool = True,
-                  smooth: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
-    """A copy of ``model`` with every weight MatMul in zero_points, not in keep_float, rewritten.
+def rewrite_weight_matmuls(model: onnx.ModelProto, names, rewrite, consts: dict[str, np.ndarray],
+                           skip: set[str] | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` with every weight MatMul named in ``names`` replaced by the nodes
+    ``rewrite(node, w)`` returns, w its (K, F) weight.
 
-    zero_points: MatMul node name -> the activation zero point (0..255) its rows share.
+    rewrite adds the initializers its nodes need to ``consts`` (name -> array; those given at
+    the start come first, and a name the model already holds is not added twice), and may add
+    names of later nodes to ``skip`` (e.g. a bias Add it folded in): those are dropped. A weight
+    no node reads any more is removed.
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
     weights = {t.name: t for t in graph.initializer}
-    targets = ({n.name for n in weight_matmuls(out)} & set(zero_points)) - set(keep_float)
-    consts = {"i8.eps": np.array(1e-12, np.float32), "i8.last": np.array([-1], np.int64),
-              "i8.one": np.array(1.0, np.float32)}
+    targets = {n.name for n in weight_matmuls(out)} & set(names)
+    skip = set() if skip is None else skip
     nodes: list[onnx.NodeProto] = []
     used: set[str] = set()
     for node in graph.node:
+        if node.name in skip:
+            continue
         if node.name not in targets:
             nodes.append(node)
             continue
-        x, w_name = node.input
-        w = numpy_helper.to_array(weights[w_name])
+        used.add(node.input[1])
+        nodes += rewrite(node, numpy_helper.to_array(weights[node.input[1]]))
+    still_used = {i for n in nodes for i in n.input}
+    kept = [t for t in graph.initializer if t.name not in used or t.name in still_used]
+    held = {t.name for t in kept}
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(kept + [numpy_helper.from_array(v, k) for k, v in consts.items() if k not in held])
+    if targets and not any(o.domain == MS for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(MS, 1))
+    return out
+
+
+def stored_weight(w: np.ndarray, prefix: str, weights_u8: bool = True,
+                  levels: int | None = None) -> dict[str, np.ndarray]:
+    """The initializers of a quantized (K, F) weight: ``prefix.w`` (uint8 with zero point 128, or
+    int8), ``prefix.wz`` its zero point and ``prefix.c`` the per-column scales (F,).
+    levels: the largest magnitude (default 127 for uint8, 63 for int8: u8 x s8 runs on
+    VPMADDUBSW without VNNI, whose int16 pair sums saturate with 8-bit weights)."""
+    wq, col = quantize_weight(w, levels or (WEIGHT_LEVELS if weights_u8 else 63))
+    return {f"{prefix}.w": (wq.astype(np.int16) + 128).astype(np.uint8) if weights_u8 else wq,
+            f"{prefix}.wz": np.array(128 if weights_u8 else 0, np.uint8 if weights_u8 else np.int8),
+            f"{prefix}.c": col}
+
+
+def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
+                  keep_float: set[str] = frozenset(), weights_u8: bool = True,
+                  smooth: dict[str, np.ndarray | None] | None = None,
+                  act_levels: int = 255, weight_levels: int | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` with every weight MatMul in zero_points, not in keep_float, rewritten.
+
+    zero_points: MatMul node name -> the activation zero point (0..act_levels) its rows share.
+    act_levels: the largest activation code (the export uses 255; benchmarks/int8_schemes.py
+    measures 7-bit activations with 127). weight_levels: see stored_weight.
+    """
+    consts = {"i8.eps": np.array(1e-12, np.float32), "i8.last": np.array([-1], np.int64),
+              "i8.one": np.array(1.0, np.float32)}
+
+    def rewrite(node: onnx.NodeProto, w: np.ndarray) -> list[onnx.NodeProto]:
+        x = node.input[0]
         sm = (smooth or {}).get(node.name)
         if sm is not None:  # X W = (X / sm) (sm W): outlier input channels move into the weights
             w = w * sm[:, None]
-        wq, col = quantize_weight(w, WEIGHT_LEVELS if weights_u8 else 63)
-        wstore = (wq.astype(np.int16) + 128).astype(np.uint8) if weights_u8 else wq
         zp = int(zero_points[node.name])
         p = f"{node.name}.i8"
-        used.add(w_name)
+        consts.update(stored_weight(w, p, weights_u8, weight_levels))
         consts.update({
-            f"{p}.w": wstore, f"{p}.wz": np.array(128 if weights_u8 else 0, np.uint8 if weights_u8 else np.int8),
-            f"{p}.c": col, f"{p}.zp": np.array(zp, np.uint8),
-            # the largest row value maps to 255, the smallest to 0; a side with no levels is ignored
-            f"{p}.hi": np.array(1 / (255 - zp) if zp < 255 else 0.0, np.float32),
+            f"{p}.zp": np.array(zp, np.uint8),
+            # the largest row value maps to act_levels, the smallest to 0; a side with no levels is ignored
+            f"{p}.hi": np.array(1 / (act_levels - zp) if zp < act_levels else 0.0, np.float32),
             f"{p}.lo": np.array(-1 / zp if zp > 0 else 0.0, np.float32),
         })
+        nodes = []
         if sm is not None:
             consts[f"{p}.inv"] = (1 / sm).astype(np.float32)
             nodes.append(helper.make_node("Mul", [x, f"{p}.inv"], [f"{p}.xs"]))
             x = f"{p}.xs"
-        nodes += [
+        return nodes + [
             helper.make_node("ReduceMax", [x, "i8.last"], [f"{p}.max"], keepdims=1),  # (..., 1)
             helper.make_node("ReduceMin", [x, "i8.last"], [f"{p}.min"], keepdims=1),
             helper.make_node("Mul", [f"{p}.max", f"{p}.hi"], [f"{p}.s_hi"]),
@@ -108,15 +149,8 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
                              [f"{p}.y"], domain=MS),  # (..., F) = (q - z)(W_q - wz) * c
             helper.make_node("Mul", [f"{p}.y", f"{p}.s"], list(node.output)),
         ]
-    still_used = {i for n in nodes for i in n.input}
-    kept = [t for t in graph.initializer if t.name not in used or t.name in still_used]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    del graph.initializer[:]
-    graph.initializer.extend(kept + [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    if targets and not any(o.domain == MS for o in out.opset_import):
-        out.opset_import.append(helper.make_opsetid(MS, 1))
-    return out
+
+    return rewrite_weight_matmuls(model, set(zero_points) - set(keep_float), rewrite, consts)
 
 
 def capture(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, list[np.ndarray]]:

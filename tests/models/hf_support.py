@@ -17,6 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub: everything below i
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from ortformer import contract  # noqa: E402
+from ortformer.exporter import export  # noqa: E402
+from ortformer.models import load_any  # noqa: E402
 from ortformer.parity import GATES, Case, grid, make_mask  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
@@ -39,6 +41,35 @@ def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: 
         torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
         (folder / "model.safetensors").unlink()
     return folder
+
+
+def hf_reference(model_cls, folder: Path):
+    """transformers' own ``model_cls`` from ``folder``, eager attention, in eval mode."""
+    return model_cls.from_pretrained(str(folder), attn_implementation="eager").eval()
+
+
+def patch_config(folder: Path, change: dict) -> Path:
+    """``folder``'s config.json with the keys of ``change`` set (in place)."""
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    return folder
+
+
+def with_config(folder: Path, dest: Path, change: dict) -> Path:
+    """A copy of the saved model ``folder`` at ``dest``, its config.json changed by ``change``."""
+    shutil.copytree(folder, dest)
+    return patch_config(dest, change)
+
+
+def load_and_export(folder: Path, path: Path, *, text: bool = False, **options):
+    """load_any(folder) exported to ``path`` with its source and family, and with ``text`` also its
+    tokenizer, text length and prompts; returns (loaded, path)."""
+    loaded = load_any(folder)
+    if text:
+        options = dict(tokenizer=loaded.tokenizer, text_max_length=loaded.text_max_length,
+                       prompts=loaded.prompts, default_prompt=loaded.default_prompt, **options)
+    export(loaded.model, path, source=loaded.source, family=loaded.family, **options)
+    return loaded, path
 
 
 def cases(cfg) -> list[Case]:

@@ -1,15 +1,11 @@
 """DistilBERT import against transformers and sentence-transformers."""
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
-from hf_support import (assert_matches_transformers, assert_same_embeddings, save_hf, sentence_folder,
-                        st_embeddings, transformers)
+from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
+                        sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
-from ortformer.exporter import export
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 
@@ -26,15 +22,14 @@ def tiny_config(**changes):
 def saved(tmp_path_factory):
     folder = save_hf(transformers.DistilBertModel, tiny_config(sinusoidal_pos_embds=True),
                      tmp_path_factory.mktemp("distilbert") / "m", safetensors=False)
-    return folder, transformers.DistilBertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    return folder, hf_reference(transformers.DistilBertModel, folder)
 
 
 def test_eager_and_onnx_equal_transformers(saved, tmp_path):
-    loaded = load_any(saved[0])
+    loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
     assert loaded.family == "distilbert" and loaded.weights.name == "pytorch_model.bin"
     assert (loaded.config.type_vocab_size, loaded.config.norm_eps, loaded.config.positions) == (0, 1e-12, "learned")
-    export(loaded.model, tmp_path / "m.onnx", source=loaded.source)
-    assert assert_matches_transformers(loaded, saved[1], tmp_path / "m.onnx", pad_id=0) >= 12
+    assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
 
 
 def test_relu_and_task_heads(tmp_path):
@@ -42,17 +37,14 @@ def test_relu_and_task_heads(tmp_path):
     loaded = load_any(folder)
     assert loaded.config.activation == "relu" and loaded.dropped
     assert all(n.startswith(("vocab_", "distilbert.embeddings.position_ids")) for n in loaded.dropped)
-    reference = transformers.DistilBertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
-    assert_matches_transformers(loaded, reference, None, pad_id=0)
+    assert_matches_transformers(loaded, hf_reference(transformers.DistilBertModel, folder), None, pad_id=0)
 
 
 def test_cls_sentence_embedding_equals_sentence_transformers(tmp_path):
     folder = save_hf(transformers.DistilBertModel, tiny_config(vocab_size=30522), tmp_path / "st", seed=4)
     sentence_folder(folder, minilm.get_model_path(), pooling="cls", normalize=False)
-    loaded = load_any(folder)
-    export(loaded.model, tmp_path / "st.onnx", source=loaded.source, tokenizer=loaded.tokenizer,
-           text_max_length=loaded.text_max_length, family=loaded.family)
-    assert_same_embeddings(Runtime(tmp_path / "st.onnx", "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+    _, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -60,9 +52,5 @@ def test_cls_sentence_embedding_equals_sentence_transformers(tmp_path):
     ({"n_heads": 5}, "not divisible by num_heads=5"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
-    folder = tmp_path / "m"
-    shutil.copytree(saved[0], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(CheckpointError, match=message):
-        load_any(folder)
+        load_any(with_config(saved[0], tmp_path / "m", change))

@@ -6,11 +6,10 @@ import shutil
 
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, save_hf, sentence_folder,
-                        st_embeddings, transformers)
+from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
+                        save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
-from ortformer.exporter import export
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 
@@ -31,7 +30,7 @@ def tiny_config(**changes):
 
 
 def reference(folder):
-    return transformers.ModernBertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    return hf_reference(transformers.ModernBertModel, folder)
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +41,7 @@ def saved(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(saved, tmp_path_factory):
-    loaded = load_any(saved[0])
-    path = tmp_path_factory.mktemp("modernbert-onnx") / "m.onnx"
-    export(loaded.model, path, source=loaded.source, family=loaded.family)
-    return loaded, path
+    return load_and_export(saved[0], tmp_path_factory.mktemp("modernbert-onnx") / "m.onnx")
 
 
 def test_config_maps_the_layout(exported):
@@ -99,11 +95,9 @@ def test_older_config_keys_and_all_global_layers(saved, tmp_path):
 def test_mean_normalize_sentence_embedding_equals_sentence_transformers(tmp_path):
     folder = save_hf(transformers.ModernBertModel, tiny_config(vocab_size=30522), tmp_path / "st", seed=4)
     sentence_folder(folder, minilm.get_model_path(), pooling="mean", normalize=True, max_seq_length=64)
-    loaded = load_any(folder)
+    loaded, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
     assert (loaded.config.pooling, loaded.config.normalize_embeddings) == ("mean", True)
-    export(loaded.model, tmp_path / "st.onnx", source=loaded.source, tokenizer=loaded.tokenizer,
-           text_max_length=loaded.text_max_length, family=loaded.family)
-    assert_same_embeddings(Runtime(tmp_path / "st.onnx", "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -125,20 +119,13 @@ SLIDING, FULL = "sliding_attention", "full_attention"
     ({"head_dim": 4}, "head_dim=4 is not supported"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
-    folder = tmp_path / "m"
-    shutil.copytree(saved[0], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(CheckpointError, match=message):
-        load_any(folder)
+        load_any(with_config(saved[0], tmp_path / "m", change))
 
 
 def test_irrelevant_options_are_accepted(saved, tmp_path):
-    folder = tmp_path / "m"
-    shutil.copytree(saved[0], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "deterministic_flash_attn": True, "sparse_prediction": True,
-                                                    "attention_dropout": 0.1, "classifier_pooling": "mean"}))
+    folder = with_config(saved[0], tmp_path / "m", {"deterministic_flash_attn": True, "sparse_prediction": True,
+                                                    "attention_dropout": 0.1, "classifier_pooling": "mean"})
     assert load_any(folder).config.local_window == 8
 
 

@@ -1,15 +1,13 @@
 """MPNet import (relative position bias, RoBERTa positions) against transformers and sentence-transformers."""
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
-from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, save_hf, sentence_folder,
-                        st_embeddings, transformers)
+from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
+                        save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
-from ortformer.exporter import export
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 
@@ -39,16 +37,12 @@ def scale_relative_table(folder, factor: float = 50.0) -> None:
 def saved(tmp_path_factory):
     folder = save_hf(transformers.MPNetModel, tiny_config(), tmp_path_factory.mktemp("mpnet") / "m")
     scale_relative_table(folder)
-    reference = transformers.MPNetModel.from_pretrained(str(folder), attn_implementation="eager").eval()
-    return folder, reference
+    return folder, hf_reference(transformers.MPNetModel, folder)
 
 
 @pytest.fixture(scope="module")
 def exported(saved, tmp_path_factory):
-    loaded = load_any(saved[0])
-    path = tmp_path_factory.mktemp("mpnet-onnx") / "m.onnx"
-    export(loaded.model, path, source=loaded.source, family=loaded.family)
-    return loaded, path
+    return load_and_export(saved[0], tmp_path_factory.mktemp("mpnet-onnx") / "m.onnx")
 
 
 def test_config_maps_relative_bias_and_positions(exported):
@@ -75,19 +69,16 @@ def test_task_heads_and_bin_files(tmp_path):
     loaded = load_any(folder)
     assert loaded.config.activation == "gelu_tanh"
     assert loaded.dropped and all(name.startswith("lm_head.") for name in loaded.dropped)
-    reference = transformers.MPNetModel.from_pretrained(str(folder), attn_implementation="eager").eval()
-    assert_matches_transformers(loaded, reference, None, pad_id=PAD)
+    assert_matches_transformers(loaded, hf_reference(transformers.MPNetModel, folder), None, pad_id=PAD)
 
 
 def test_mean_normalize_sentence_embedding_equals_sentence_transformers(tmp_path):
     # the all-mpnet-base-v2 layout: mean pooling, then Normalize
     folder = save_hf(transformers.MPNetModel, tiny_config(vocab_size=30522), tmp_path / "st", seed=4)
     sentence_folder(folder, minilm.get_model_path(), pooling="mean", normalize=True, max_seq_length=128)
-    loaded = load_any(folder)
+    loaded, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
     assert (loaded.config.pooling, loaded.config.normalize_embeddings, loaded.text_max_length) == ("mean", True, 128)
-    export(loaded.model, tmp_path / "st.onnx", source=loaded.source, tokenizer=loaded.tokenizer,
-           text_max_length=loaded.text_max_length, family=loaded.family)
-    assert_same_embeddings(Runtime(tmp_path / "st.onnx", "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -97,12 +88,8 @@ def test_mean_normalize_sentence_embedding_equals_sentence_transformers(tmp_path
     ({"max_position_embeddings": 2}, "position_offset=2 leaves no row"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
-    folder = tmp_path / "m"
-    shutil.copytree(saved[0], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(CheckpointError, match=message):
-        load_any(folder)
+        load_any(with_config(saved[0], tmp_path / "m", change))
 
 
 def test_missing_relative_table_is_refused(saved, tmp_path):
@@ -144,13 +131,10 @@ def real_mpnet_folder(tmp):
 
 def test_real_all_mpnet_base_v2_equals_sentence_transformers(tmp_path):
     folder = real_mpnet_folder(tmp_path)
-    loaded = load_any(folder)
-    cfg = loaded.config
-    assert (cfg.num_layers, cfg.hidden_size, cfg.pooling, cfg.normalize_embeddings) == (12, 768, "mean", True)
-    path = tmp_path / "mpnet.onnx"
     # parity=False: the gate's grid over a 768-wide, 12-layer model takes minutes here; the tiny
     # models above run it, and sentence-transformers is the check that matters for real weights
-    export(loaded.model, path, source=loaded.source, tokenizer=loaded.tokenizer, parity=False,
-           text_max_length=loaded.text_max_length, family=loaded.family)
+    loaded, path = load_and_export(folder, tmp_path / "mpnet.onnx", text=True, parity=False)
+    cfg = loaded.config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.pooling, cfg.normalize_embeddings) == (12, 768, "mean", True)
     texts = TEXTS + ["MPNet combines masked and permuted language modeling. " * 8]
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))

