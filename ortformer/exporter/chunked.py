@@ -13,12 +13,8 @@ The payload is one JSON metadata entry (contract.META_CHUNKED):
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import io
 import json
-import logging
-import warnings
 
 import numpy as np
 import onnx
@@ -28,6 +24,7 @@ from onnx import numpy_helper
 from .. import contract
 from ..errors import ExportError
 from ..models import chunk_stages
+from .dynamo import export_program
 from ..models.encoder import Encoder
 from ..models.linear_forms import state_width
 
@@ -89,23 +86,10 @@ def _export_stage(stage, template, tensors, names, outputs, dims, opset: int) ->
     module = chunk_stages.Stage(stage, template, weight_names, len(tensors))
     args = tuple(tensors) + tuple(params[n].detach() for n in weight_names)
     dynamic = (tuple(dims) + (None,) * len(weight_names),)  # one entry: forward takes *args
-    log = io.StringIO()
-    onnx_logger = logging.getLogger("torch.onnx")
-    level = onnx_logger.level
-    onnx_logger.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                module, args, input_names=list(names) + weight_names, output_names=list(outputs),
-                opset_version=opset, dynamo=True, dynamic_shapes=dynamic, external_data=False, verbose=False,
-            )
-    except Exception as exc:
-        tail = "\n".join(log.getvalue().strip().splitlines()[-5:])
-        raise ExportError(f"exporting the {stage!r} chunk stage failed: {type(exc).__name__}: {exc}\n{tail}".strip()) from exc
-    finally:
-        onnx_logger.setLevel(level)
-    proto = program.model_proto
+    proto = export_program(
+        module, args, what=f"exporting the {stage!r} chunk stage", input_names=list(names) + weight_names,
+        output_names=list(outputs), opset_version=opset, dynamic_shapes=dynamic, external_data=False,
+    )
     if len(proto.graph.initializer) and any(t.dims and np.prod(t.dims) > 4096 for t in proto.graph.initializer):
         raise ExportError(f"the {stage!r} chunk stage captured a weight as a constant; every weight must be an input")
     proto.ir_version = min(proto.ir_version, 10)

@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
-import logging
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,6 +25,7 @@ from ..errors import ExportError, ModelFileError, ParityError
 from ..modelfile import check_graph_io
 from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
+from .dynamo import export_program
 from .chunked import chunked_gate, chunked_payload
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
@@ -115,25 +113,11 @@ def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.M
     batch = torch.export.Dim(contract.BATCH_AXIS, min=1)
     sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_sequence)
     dynamic = tuple({0: batch, 1: sequence} for _ in names)
-    log = io.StringIO()
-    onnx_logger = logging.getLogger("torch.onnx")
-    level = onnx_logger.level
-    onnx_logger.setLevel(logging.ERROR)  # torchvision-missing notes are noise here
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
-            # the exporter warns about merged axis names and deprecations; not the user's concern
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                model, args, input_names=names, output_names=contract.output_names(cfg),
-                opset_version=opset, dynamo=True, dynamic_shapes=dynamic, external_data=False,
-                verbose=False, custom_translation_table=TRANSLATIONS if fused_ops else None,
-            )
-        return program.model_proto
-    except Exception as exc:
-        tail = "\n".join(log.getvalue().strip().splitlines()[-5:])
-        raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {exc}\n{tail}".strip()) from exc
-    finally:
-        onnx_logger.setLevel(level)
+    return export_program(
+        model, args, what="torch.onnx.export", input_names=names, output_names=contract.output_names(cfg),
+        opset_version=opset, dynamic_shapes=dynamic, external_data=False,
+        custom_translation_table=TRANSLATIONS if fused_ops else None,
+    )
 
 
 def check_file(path: Path, cfg: EncoderConfig) -> None:
