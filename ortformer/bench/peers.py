@@ -14,6 +14,7 @@ luck on a noisy machine moves both sides alike.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -120,8 +121,11 @@ def _hf_onnx_optimized(workdir: Path, hf_model, cfg, feeds: dict) -> Path:
         def forward(self, *tensors):
             return self.inner(**dict(zip(names, tensors)), use_cache=False).last_hidden_state
 
-    torch.onnx.export(ByName(), tuple(torch.from_numpy(feeds[k]) for k in names), str(raw), input_names=names,
-                      output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
+    with warnings.catch_warnings():
+        # the legacy exporter's deprecation and transformers' tracer notes are about this choice, not the user's run
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ByName(), tuple(torch.from_numpy(feeds[k]) for k in names), str(raw), input_names=names,
+                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
     model = optimize_model(str(raw), model_type="bert", num_heads=cfg.num_heads, hidden_size=cfg.hidden_size)
     model.save_model_to_file(str(optimized))
     return optimized
