@@ -83,13 +83,14 @@ def test_existing_file_needs_force(tmp_path):
     (["--layers", "0"], "Invalid value for '--layers'"),
     (["--preset", "tiny", "--config", "x.json"], "duplicate key(s) ['num_layers']"),
     (["--opset", "11"], "opset 11 is not supported"),
+    (["--dtype", "float16", "--quantize", "int8"], "--quantize int8 quantizes a float32 export; drop --dtype float16"),
 ])
 def test_bad_flags_fail_with_one_line(args, message, tmp_path):
     if "x.json" in args:
         (tmp_path / "x.json").write_text('{"num_layers": 1, "num_layers": 2}')
         args = [str(tmp_path / "x.json") if a == "x.json" else a for a in args]
     stderr = fail("export", *(["--preset", "tiny"] if "--preset" not in args and "--config" not in args else []),
-                  *args, "-o", tmp_path / "m.onnx", code=2 if "Invalid value" in message else 1)
+                  *args, "-o", tmp_path / "m.onnx", code=2 if "Invalid value" in message or "--quantize" in message else 1)
     assert message in stderr
     assert not (tmp_path / "m.onnx").exists()
 

@@ -192,6 +192,9 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     for flag, value in (("--triton-name", triton_name), ("--max-batch-size", max_batch_size)):
         if value is not None and not triton_repo:
             raise click.UsageError(f"{flag} only applies with --triton-repo")
+    if quantize and dtype != "float32":
+        raise click.UsageError(f"--quantize {quantize} quantizes a float32 export; drop --dtype {dtype} "
+                               f"(or --quantize for a {dtype} model)")
     max_batch_size = 64 if max_batch_size is None else max_batch_size
     inputs = [config_file, tokenizer, from_path]
     check_output(output, force=force, option="-o/--output", inputs=inputs)

@@ -177,9 +177,11 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         raise ExportError(f"opset {opset} is not supported; choose {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
     if dtype not in DTYPES:
         raise ExportError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
-    if quantize is not None and (quantize not in QUANTIZATIONS or dtype != "float32"):
-        raise ExportError(f"quantize={quantize!r} is not supported; choose one of {', '.join(QUANTIZATIONS)} "
-                          "on a float32 export")
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ExportError(f"quantize={quantize!r} is not supported; choose one of {', '.join(QUANTIZATIONS)}")
+    if quantize is not None and dtype != "float32":
+        raise ExportError(f"quantize={quantize!r} quantizes a float32 export; got dtype={dtype!r} "
+                          f"(use dtype='float32' with quantize, or dtype={dtype!r} alone)")
     precision = quantize or dtype
     if isinstance(model_or_config, EncoderConfig):  # before torch allocates the weights
         cost.check_fits(cost.parameter_bytes(model_or_config), f"exporting {model_or_config.name!r} "

@@ -126,7 +126,10 @@ def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str, normalize: bool) ->
         weights = key_mask.unsqueeze(-1).to(torch.float32)  # (B, N, 1)
         total = (x.float() * weights).sum(dim=1)
         pooled = (total / weights.sum(dim=1).clamp(min=1.0)).to(x.dtype)
-    return F.normalize(pooled, dim=-1) if normalize else pooled
+    if not normalize:
+        return pooled
+    # in float32: F.normalize's eps (1e-12) is 0 in float16, so a row with nothing kept would be 0 / 0
+    return F.normalize(pooled.float(), dim=-1).to(pooled.dtype)
 
 
 def build_encoder(cfg: EncoderConfig, seed: int | None = 0) -> Encoder:

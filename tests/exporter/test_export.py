@@ -188,8 +188,22 @@ def test_reduced_precision_passes_its_cosine_gate_and_keeps_the_contract(kwargs,
     assert [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
 
 
+def test_float16_normalized_embeddings_of_an_all_padded_row_are_zero_not_nan(tmp_path):
+    # F.normalize's eps is 0 in float16: the normalization runs in float32
+    cfg = preset("tiny", normalize_embeddings=True)
+    result = export(cfg, tmp_path / "m.onnx", dtype="float16")
+    assert result.report["passed"]
+    from ortformer.runtime import Runtime
+
+    ids = np.array([[1, 42, 2], [0, 0, 0]], np.int64)
+    out = Runtime(tmp_path / "m.onnx").run(input_ids=ids, attention_mask=np.array([[1, 1, 1], [0, 0, 0]], np.int64))
+    embedding = out["sentence_embedding"]
+    assert np.isfinite(embedding).all() and np.allclose(embedding[1], 0)
+    assert abs(np.linalg.norm(embedding[0]) - 1) < 1e-3
+
+
 def test_quantize_needs_a_float32_export(tmp_path):
-    with pytest.raises(ExportError, match="quantize='int8' is not supported.*float32"):
+    with pytest.raises(ExportError, match="quantize='int8' quantizes a float32 export; got dtype='float16'"):
         export(preset("tiny"), tmp_path / "m.onnx", dtype="float16", quantize="int8")
     with pytest.raises(ExportError, match="quantize='int4'"):
         export(preset("tiny"), tmp_path / "m.onnx", quantize="int4")
