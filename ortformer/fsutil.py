@@ -51,6 +51,16 @@ def replace_synced(tmp: Path, dest: Path) -> None:
     fsync_dir(dest.parent)
 
 
+def reserve(path: Path) -> None:
+    """Allocate every block of ``path`` at its current size. A file that a memmap fills is
+    created sparse; on a full disk its first unbacked page write kills the process with
+    SIGBUS. Reserving first turns that into an OSError (ENOSPC) here, before any work."""
+    with open(path, "r+b") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(handle.fileno(), 0, size)
+
+
 def current_umask() -> int:
     """The process umask, read without changing it where /proc allows (Linux)."""
     try:

@@ -107,3 +107,28 @@ def test_errors_name_cli_flags_not_python_parameters(tokens_model, tmp_path):
     assert "--force" in message and "force=True" not in message
     message = fail("infer", tokens_model, "--ids", "[1]", "--provider", "cuda")
     assert "--allow-fallback" in message and "allow_fallback=True" not in message and "provider='cpu'" not in message
+
+
+def test_a_full_disk_under_the_memmapped_output_is_one_line_and_leaves_nothing(tokens_model, tmp_path, monkeypatch):
+    # a sparse memmap on a full disk dies by SIGBUS at its first page write; the space is reserved first
+    def no_space(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    np.save(tmp_path / "ids.npy", np.array([[1, 2, 3]], np.int64))
+    out = tmp_path / "states" / "h.npy"
+    out.parent.mkdir()
+    line = fail("infer", tokens_model, "--input", tmp_path / "ids.npy", "--tensor", "last_hidden_state", "-o", out)
+    assert "No space left on device" in line and "-o/--output" in line
+    assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fallocate"), reason="no posix_fallocate on this platform")
+def test_reserve_allocates_every_block_of_a_sparse_file(tmp_path):
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as handle:
+        handle.truncate(8 << 20)
+    before = os.stat(path).st_blocks * 512
+    fsutil.reserve(path)
+    after = os.stat(path)
+    assert after.st_size == 8 << 20 and after.st_blocks * 512 >= 8 << 20 > before

@@ -13,6 +13,7 @@ from .. import contract
 from ..parity import GATES, format_report
 from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
+from ..fsutil import reserve
 from ..runtime.validate import as_array
 from .common import CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime, threads_option, written
 
@@ -121,6 +122,7 @@ def _infer_to_memmap(runtime: Runtime, data: np.ndarray, mask, batch_size: int, 
     with written(dest, "-o/--output") as tmp:
         result = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
                                            shape=(*data.shape[:2], runtime.config.hidden_size))
+        reserve(tmp)  # a full disk is an error line now, not a SIGBUS mid-run
         for i in range(0, len(data), batch_size):
             rows = slice(i, i + batch_size)
             runtime.run(**{runtime.main_input: data[rows]},
