@@ -28,7 +28,8 @@ def stream(runtime, chunks: Iterable[Any]) -> Iterator[np.ndarray]:
         raise InputError(f"chunks must be an iterable of token-id or feature chunks, got {type(chunks).__name__}")
     # each chunk is checked like a run() input, except that only the learned position
     # table bounds the stream's total length
-    spec = InputSpec(cfg.replace(max_positions=2**62), (runtime.main_input, contract.ATTENTION_MASK),
+    # token_type_ids, where the model has them, default to 0 as in run()
+    spec = InputSpec(cfg.replace(max_positions=2**62), runtime._spec.names,
                      runtime._spec.embeds_dtype)
     single_rank = 1 if cfg.takes_ids else 2
     states, start, batch = None, 0, None

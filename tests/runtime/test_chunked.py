@@ -27,7 +27,8 @@ CONFIGS = {
     # ids, pre-norm, no positions, normalised mean pooling
     "cosine": preset("tiny", attention="cosine", type_vocab_size=0, norm_position="pre", positions="none",
                      normalize_embeddings=True, **BASE),
-    "causal_linear": preset("tiny", attention="linear", causal=True, type_vocab_size=0, pooling="none", **BASE),
+    # ids with token types: streamed chunks get type 0, as run() does
+    "causal_linear": preset("tiny", attention="linear", causal=True, pooling="none", **BASE),
     "causal_cosine": preset("tiny", attention="cosine", causal=True, vocab_size=0, type_vocab_size=0,
                             positions="sinusoidal", norm_position="pre", pooling="none", **BASE),
 }
