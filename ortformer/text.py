@@ -34,6 +34,12 @@ def check_texts(texts) -> list[str]:
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         raise InputError(f"every text must be a str: {', '.join(bad[:5])}{more}")
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")  # a lone surrogate (e.g. undecodable bytes on a command line) cannot be tokenized
+        except UnicodeEncodeError as exc:
+            raise InputError(f"texts[{i}] is not valid Unicode: {exc.reason} at character {exc.start} "
+                             f"({text[exc.start]!r}); valid: text that encodes as UTF-8") from None
     return list(texts)
 
 

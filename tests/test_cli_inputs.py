@@ -33,6 +33,12 @@ def test_non_utf8_files_are_one_line(tokens_model, tmp_path):
     assert "UTF-8" in fail("export", "--config", bad, "-o", tmp_path / "m.onnx")
 
 
+def test_undecodable_bytes_in_a_text_argument_are_one_line(text_model):
+    # a shell passes bytes that are not UTF-8 as lone surrogates (Python's surrogateescape)
+    line = fail("infer", text_model, "--text", "fine", "--text", "bad \udced\udca0\udc80 x")
+    assert "texts[1] is not valid Unicode" in line
+
+
 def test_blank_lines_of_a_text_file_keep_their_rows(text_model, tmp_path):
     gap = tmp_path / "gap.txt"
     gap.write_text("a\n\nb\u2028c\n")

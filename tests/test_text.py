@@ -77,6 +77,7 @@ def test_text_exactly_at_max_length_is_not_truncated(encoder):
     ("a single string", "must be a list of str, got str"),
     (b"bytes", "must be a list of str, got bytes"),
     (42, "must be a list of str, got int"),
+    (["fine", "bad \udced\udca0 x"], r"texts\[1\] is not valid Unicode: surrogates not allowed at character 4"),
 ])
 def test_non_string_inputs_are_refused(encoder, texts, message):
     with pytest.raises(InputError, match=message):
