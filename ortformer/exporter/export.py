@@ -231,7 +231,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         contract.META_VERSION: __version__,
         contract.META_CONFIG: cfg.to_json(),
         contract.META_SOURCE: source,
-        contract.META_PARITY: json.dumps({"skipped": True, "dtype": precision}),
+        contract.META_PARITY: json.dumps({"skipped": True, "reason": "the export did not reach the gate",
+                                          "dtype": precision}),
     })
     if chunked and precision == "float32":  # part of the tracing step: more graphs of the same model
         payload = chunked_payload(model, proto, opset)
@@ -286,6 +287,8 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
                                      text_max_length or cfg.max_sequence)
         del session
     if not report["passed"]:
+        if keep_failed:  # the kept file says it failed, and where
+            staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
         kept = f"; the failed model was kept at {staged.keep_as(Path(keep_failed))}" if keep_failed else ""
         lines = parity_mod.failed_cases(report)
         raise ParityError(

@@ -122,6 +122,8 @@ def test_failed_model_is_kept_only_under_keep_failed(tmp_path):
         export(build_encoder(cfg, seed=0), tmp_path / "m.onnx", reference=perturbed, keep_failed=kept)
     assert not (tmp_path / "m.onnx").exists()
     onnx.checker.check_model(str(kept))
+    recorded = json.loads({p.key: p.value for p in onnx.load(str(kept)).metadata_props}[contract.META_PARITY])
+    assert recorded["passed"] is False and recorded["cases"]  # it says it failed, not "skipped"
 
 
 @pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session
