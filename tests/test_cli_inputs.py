@@ -95,3 +95,12 @@ def test_info_prints_a_malformed_parity_report_whole(tokens_model, tmp_path, rep
     onnx.save(model, str(tmp_path / "m.onnx"))
     out = invoke("info", tmp_path / "m.onnx").stdout
     assert "parity" in out and "providers" in out
+
+
+def test_text_errors_give_advice_the_cli_can_follow(text_model, tokens_model, tmp_path):
+    line = fail("infer", text_model, "--text", "a", "--text", "a much longer sentence than that",
+                "--tensor", "last_hidden_state", "-o", tmp_path / "x.npy")
+    assert "ragged" in line and "--format json" in line
+    assert not (tmp_path / "x.npy").exists()
+    line = fail("infer", tokens_model, "--text", "hello")
+    assert "names no tokenizer" in line and "export --tokenizer" in line and "infer --ids" in line

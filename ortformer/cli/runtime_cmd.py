@@ -145,7 +145,8 @@ def _write(result, fmt: str, out: Path | None, width: int) -> None:
     if isinstance(result, list):  # per-sequence arrays of different lengths
         if len({r.shape for r in result}) > 1:
             raise CliError("sequences have different lengths, so last_hidden_state is ragged: "
-                           "use --format json, or pad the input and pass --mask")
+                           "use --format json (one list per sequence); with --ids or --input, "
+                           "padding the ids and passing --mask also works")
         result = np.stack(result)
     if out:
         with written(out, "-o/--output") as tmp, open(tmp, "wb") as handle:

@@ -201,7 +201,8 @@ class Runtime:
         if self._text_encoder is None:
             if self.tokenizer_path() is None:
                 raise InputError(f"{self.path} names no tokenizer ('{contract.META_TOKENIZER}' metadata); "
-                                 "export it with a tokenizer, or pass token ids to embed()")
+                                 "export it with a tokenizer (export --tokenizer FILE, or --from a folder that "
+                                 "holds one), or give token ids instead (embed() / run(), infer --ids)")
             from ..text import TextEncoder
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
