@@ -288,11 +288,12 @@ class Runtime:
             bad = array.size - int(np.isfinite(array).sum())
             if bad:
                 cause = ("inputs_embeds too large for float32 arithmetic (largest |x| = "
-                         f"{float(np.abs(feeds[contract.INPUTS_EMBEDS]).max()):.3g}), or "
+                         f"{float(np.abs(feeds[contract.INPUTS_EMBEDS]).max()):.3g}), "
                          if contract.INPUTS_EMBEDS in feeds else "")
                 raise InputError(
-                    f"the model produced {bad} non-finite value(s) in {name} for these inputs: {cause}"
-                    "the model's weights hold NaN/inf; nothing was returned"
+                    f"the model produced {bad} non-finite value(s) in {name} for these inputs; possible causes: "
+                    f"{cause}weights that hold NaN/inf, or activations that overflow (a float16 model beyond "
+                    "65,504); nothing was returned"
                 )
 
     def _run_bound(self, feeds: dict[str, np.ndarray], device: str, device_id: int) -> dict[str, np.ndarray]:
