@@ -3,10 +3,11 @@
 torch.onnx (2.13) rebuilds onnxscript's ATen -> ONNX registry on every `export` call: 0.7 s
 (1.6 s the first time) of a tiny model's 2.5 s export on this project's 2-core machine, and a
 linear-family model is exported four times (the model and its chunk stages). The registry is a
-pure function of the opset, so it is built once per opset and each export gets a fresh copy of its
-table (the custom translation table is registered into that copy, never into the shared one). The cache relies on two private
-names (`ONNXRegistry.from_torchlib`, `.functions`); if a torch release renames them, the cache
-switches itself off and every export builds its own registry, as torch does.
+pure function of the opset, so it is built once per opset and each export gets a fresh copy of
+its table (the custom translation table is registered into that copy, never into the shared
+one). The cache relies on two private names (`ONNXRegistry.from_torchlib`, `.functions`); if a
+torch release renames them, the cache switches itself off and every export builds its own
+registry, as torch does.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import torch
 from ..errors import ExportError
 
 _lock = threading.Lock()
-_built: dict[int, object] = {}
+_built: dict[int | None, object] = {}  # opset (None: torch's default) -> registry
 
 
 def _registry_class():
