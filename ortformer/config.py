@@ -21,6 +21,8 @@ POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 # index: position p of the sequence; kept: the count of kept tokens before it (padding skipped, RoBERTa)
 POSITION_IDS = ("index", "kept")
 POOLINGS = ("none", "mean", "cls", "last", "max")
+# non-linearity after the sentence-embedding Dense head (sentence-transformers' Dense module)
+DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
 # which attention kinds each variant works with, and why the others cannot
 SOFTMAX_ONLY = ("relative_attention_buckets", "local_window")
 
@@ -32,6 +34,7 @@ _CHOICES = {
     "positions": POSITIONS,
     "position_ids": POSITION_IDS,
     "pooling": POOLINGS,
+    "sentence_dense_activation": DENSE_ACTIVATIONS,
 }
 
 
@@ -104,7 +107,14 @@ class EncoderConfig:
     # sentence embedding: none, mean over kept tokens, the first token, the last kept token,
     # or the per-feature max over kept tokens
     pooling: str = "mean"
-    # l2-normalise the sentence embedding (cosine-ready vectors)
+    # Dense head on the pooled vector: 0 = none, else s = act(W p + b) with W (size, F), so
+    # sentence_embedding is this wide (sentence-transformers' Dense module: LaBSE, distiluse)
+    sentence_dense_size: int = 0
+    # act of the Dense head (sentence-transformers' default is tanh)
+    sentence_dense_activation: str = "identity"
+    # b of the Dense head
+    sentence_dense_bias: bool = True
+    # l2-normalise the sentence embedding (cosine-ready vectors), after the Dense head
     normalize_embeddings: bool = False
     # free-form label shown by `ortformer info`; has no effect on the math
     name: str = field(default="custom")
@@ -148,6 +158,11 @@ class EncoderConfig:
         return self.max_positions - self.position_offset
 
     @property
+    def sentence_size(self) -> int:
+        """Width of sentence_embedding: the Dense head's output, else hidden_size."""
+        return self.sentence_dense_size or self.hidden_size
+
+    @property
     def takes_ids(self) -> bool:
         return self.vocab_size > 0
 
@@ -187,7 +202,7 @@ class EncoderConfig:
 
 def _check_variants(cfg: EncoderConfig) -> None:
     """The combinations the family cannot build, each refused with its reason."""
-    for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window"):
+    for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window", "sentence_dense_size"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 0")
     for name in ("global_every", "relative_attention_max_distance"):
@@ -209,6 +224,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.embedding_size and not cfg.takes_ids:
         raise ConfigError("embedding_size projects token embeddings; float-feature input (vocab_size=0) "
                           "already arrives hidden_size wide")
+    if cfg.sentence_dense_size and cfg.pooling == "none":
+        raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps the pooled sentence embedding; "
+                          "with pooling='none' there is none: choose a pooling (mean, cls, last, max) or set it to 0")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
     if cfg.relative_attention_buckets:

@@ -60,7 +60,7 @@ def output_shapes(cfg: EncoderConfig) -> dict[str, list]:
     """Declared output shapes, symbolic axes as strings."""
     shapes = {LAST_HIDDEN_STATE: [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]}
     if cfg.pooling != "none":
-        shapes[SENTENCE_EMBEDDING] = [BATCH_AXIS, cfg.hidden_size]
+        shapes[SENTENCE_EMBEDDING] = [BATCH_AXIS, cfg.sentence_size]
     return shapes
 
 

@@ -9,6 +9,7 @@ D = head size, L = layers:
 - a relative position bias: one buckets x H table
 - embeddings: vocab x E tokens, max_positions x E learned positions, types x E
   (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
+- a sentence Dense head: F x S weights (+ S bias), S = sentence_dense_size
 FLOPs count a multiply-add as 2.
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "relative_attention_bias": cfg.relative_attention_buckets * cfg.num_heads,
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
+        "sentence_dense": cfg.sentence_dense_size * (F + (1 if cfg.sentence_dense_bias else 0)),
     }
 
 

@@ -53,6 +53,9 @@ def test_every_field_has_a_reason_comment():
     ({"local_window": 8}, "global_every=1", "global_every >= 2"),
     ({"rotary_theta_local": 10.0, "local_window": 8, "global_every": 3}, "rotary_theta_local", "positions='rotary'"),
     ({"rotary_theta_local": 0.5, "positions": "rotary"}, "rotary_theta_local=0.5", "> 1"),
+    ({"sentence_dense_size": -1}, "sentence_dense_size=-1", ">= 0"),
+    ({"sentence_dense_activation": "swish"}, "sentence_dense_activation='swish'", "identity, tanh, relu"),
+    ({"sentence_dense_size": 8, "pooling": "none"}, "sentence_dense_size=8", "choose a pooling"),
 ])
 def test_invalid_values_name_the_field_and_valid_choices(changes, field, valid):
     with pytest.raises(ConfigError) as err:

@@ -32,6 +32,7 @@ def chunkable(cfg) -> str | None:
         (not cfg.embedding_size and not cfg.embedding_norm, "a separate embedding width or embedding norm"),
         (not cfg.ffn_gated and cfg.bias, "a gated or bias-free feed-forward network"),
         (cfg.pooling in SUPPORTED_POOLING, f"pooling={cfg.pooling!r}"),
+        (not cfg.sentence_dense_size, "a Dense head on the sentence embedding"),
     ]
     for ok, what in checks:
         if not ok:

@@ -7,7 +7,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_norm, window_bias
+from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_activation, make_norm, window_bias
 
 
 class Block(nn.Module):
@@ -41,7 +41,9 @@ class Encoder(nn.Module):
 
     inputs: input_ids int64 (B, N) when vocab_size > 0, else inputs_embeds float (B, N, F).
     attention_mask: int (B, N), 1 = keep, 0 = padding.
-    Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, F).
+    Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, S):
+    p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense_size = S, else s = p;
+    then s / ||s|| when normalize_embeddings.
 
     Embeddings, E = embedding_size or F:
       e = tokens + types + positions                       (B, N, E)
@@ -68,6 +70,9 @@ class Encoder(nn.Module):
         # local (sliding-window) layers: l % global_every != 0; they may rotate with their own theta
         self.local_layers = [l for l in range(cfg.num_layers) if cfg.local_window and l % cfg.global_every]
         self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local) if cfg.rotary_theta_local else None
+        self.sentence_dense = (nn.Linear(cfg.hidden_size, cfg.sentence_dense_size, bias=cfg.sentence_dense_bias)
+                               if cfg.sentence_dense_size else None)
+        self.sentence_activation = make_activation(cfg.sentence_dense_activation)
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -101,11 +106,14 @@ class Encoder(nn.Module):
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
         if cfg.pooling != "none":
-            outputs["sentence_embedding"] = pool(x, key_mask, cfg.pooling, cfg.normalize_embeddings)
+            pooled = pool(x, key_mask, cfg.pooling)  # (B, F)
+            if self.sentence_dense is not None:
+                pooled = self.sentence_activation(self.sentence_dense(pooled))  # (B, S)
+            outputs["sentence_embedding"] = normalized(pooled) if cfg.normalize_embeddings else pooled
         return outputs
 
 
-def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str, normalize: bool) -> torch.Tensor:
+def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:
     """Sentence embedding (B, F) from x (B, N, F) and key_mask (B, N), m = key_mask:
     mean: sum_i m_i x_i / max(sum_i m_i, 1); cls: x_0; last: x_j for the last j with m_j = 1
     (any padding side); max: max_i over kept tokens per feature. Rows with nothing kept give
@@ -126,8 +134,11 @@ def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str, normalize: bool) ->
         weights = key_mask.unsqueeze(-1).to(torch.float32)  # (B, N, 1)
         total = (x.float() * weights).sum(dim=1)
         pooled = (total / weights.sum(dim=1).clamp(min=1.0)).to(x.dtype)
-    if not normalize:
-        return pooled
+    return pooled
+
+
+def normalized(pooled: torch.Tensor) -> torch.Tensor:
+    """pooled / max(||pooled||, 1e-12) per row, (B, S)."""
     # in float32: F.normalize's eps (1e-12) is 0 in float16, so a row with nothing kept would be 0 / 0
     return F.normalize(pooled.float(), dim=-1).to(pooled.dtype)
 

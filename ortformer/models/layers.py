@@ -46,12 +46,16 @@ def make_norm(cfg: EncoderConfig, size: int | None = None) -> nn.Module:
 
 
 def make_activation(name: str) -> nn.Module:
-    """The config's activation as a module; every name in config.ACTIVATIONS has one."""
+    """The config's activation as a module; every name in config.ACTIVATIONS and
+    config.DENSE_ACTIVATIONS has one."""
     return {
         "relu": nn.ReLU,
         "gelu": nn.GELU,  # erf form
         "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
         "silu": nn.SiLU,
+        "tanh": nn.Tanh,
+        "sigmoid": nn.Sigmoid,
+        "identity": nn.Identity,
     }[name]()
 
 

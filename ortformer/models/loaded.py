@@ -13,7 +13,7 @@ class Loaded:
     """A loaded encoder and its provenance, the same for ortformer checkpoints and imports."""
 
     model: Encoder
-    source: str  # "sha256:<hex>" of the weight file
+    source: str  # "sha256:<hex>" of the weight file; several files: one each, comma-separated
     tokenizer: Path | None  # tokenizer.json travelling with the weights, if any
     text_max_length: int | None = None  # sentence-transformers' max_seq_length, when set
     weights: Path | None = None  # the weight file read

@@ -228,7 +228,7 @@ class Runtime:
         input_ids (B, N) ints, or inputs_embeds (B, N, F) floats for vocab_size = 0;
         attention_mask (B, N) in {0, 1}, default ones; token_type_ids (B, N), default zeros.
         numpy arrays or nested lists. Returns {"last_hidden_state": (B, N, F) float32,
-        "sentence_embedding": (B, F) float32 (only when the model pools)}.
+        "sentence_embedding": (B, S) float32 (only when the model pools; S = config.sentence_size)}.
         out: a writable float32 (B, N, F) array or numpy.memmap that receives
         last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
         """
@@ -317,8 +317,8 @@ class Runtime:
         A batch holds at most batch_size sequences and max_tokens padded tokens (batch x
         its longest); max_tokens defaults to CPU_TOKENS_PER_THREAD x threads on the CPU,
         and to no cap on CUDA, where bigger batches keep the device busy.
-        output: "sentence_embedding" (default when the model pools) returns an (n, F)
-        float32 array; "last_hidden_state" (default otherwise) returns a list of
+        output: "sentence_embedding" (default when the model pools) returns an (n, S)
+        float32 array (S = config.sentence_size); "last_hidden_state" (default otherwise) returns a list of
         (len_i, F) arrays. Results are in the caller's order and equal unbatched runs.
         """
         name = self.select_output(output)
@@ -330,8 +330,8 @@ class Runtime:
         if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
             raise InputError(f"sequences must be a list of sequences, got {type(sequences).__name__}; wrap one sequence as [sequence]")
         arrays = [self._checked_sequence(i, s) for i, s in enumerate(sequences)]
-        width = self.config.hidden_size
         pooled = name == contract.SENTENCE_EMBEDDING
+        width = self.config.sentence_size if pooled else self.config.hidden_size
         result = np.empty((len(arrays), width), np.float32) if pooled else [None] * len(arrays)
         if not arrays:
             return result

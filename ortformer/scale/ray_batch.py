@@ -291,7 +291,7 @@ class ShardEmbedder:
         from ..text import TruncationWarning
 
         if not texts:
-            return np.empty((0, self.runtime.config.hidden_size), np.float32), False
+            return np.empty((0, self.runtime.config.sentence_size), np.float32), False
         with warnings.catch_warnings(record=True) as caught:
             # an actor's warnings would vanish in its log file: count them for the driver
             warnings.simplefilter("always", TruncationWarning)

@@ -267,7 +267,7 @@ def test_missing_and_misshaped_bert_weights_are_listed(tmp_path):
 
 
 @pytest.mark.parametrize("modules,pooling,message", [
-    (["Transformer", "Pooling", "Dense"], {"pooling_mode_mean_tokens": True}, "does not implement: Dense"),
+    (["Transformer", "Pooling", "LSTM"], {"pooling_mode_mean_tokens": True}, "does not implement: LSTM"),
     (["Transformer", "Pooling"], {"pooling_mode_weightedmean_tokens": True},
      r"pooling \['weightedmean'\] is not supported; valid: exactly one of mean, cls, lasttoken, max"),
     (["Transformer", "Pooling"], {"pooling_mode": ["mean", "max"]}, r"pooling \['mean', 'max'\] is not supported"),

@@ -32,6 +32,7 @@ VARIANTS = [
     dict(norm_position="pre", embedding_norm=True, pooling="max"),
     dict(norm_position="pre", embedding_norm=True, embedding_size=16, positions="sinusoidal", attention="linear"),
     dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
+    dict(sentence_dense_size=8, sentence_dense_activation="tanh", pooling="mean", normalize_embeddings=True),
 ]
 IDS = ["-".join(f"{k}={v}" for k, v in c.items()) for c in VARIANTS]
 
@@ -102,13 +103,25 @@ def test_parameter_count_matches_the_module(overrides):
     assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
 
 
+def test_sentence_dense_head_maps_the_pooled_vector():
+    cfg = preset("tiny", sentence_dense_size=8, sentence_dense_activation="tanh", sentence_dense_bias=False,
+                 pooling="cls", normalize_embeddings=True)
+    model = build_encoder(cfg, seed=1)
+    assert model.sentence_dense.weight.shape == (8, cfg.hidden_size) and model.sentence_dense.bias is None
+    x, mask = make_inputs(cfg, 2, 5, seed=2), torch.ones(2, 5, dtype=torch.long)
+    out = forward(model, x, mask)
+    by_hand = torch.tanh(out["last_hidden_state"][:, 0] @ model.sentence_dense.weight.T)  # (B, 8)
+    torch.testing.assert_close(out["sentence_embedding"], torch.nn.functional.normalize(by_hand, dim=-1))
+    assert cfg.sentence_size == 8 and preset("tiny").sentence_size == cfg.hidden_size
+
+
 def test_last_and_max_pooling_by_hand():
     from ortformer.models.encoder import pool
 
     x = torch.arange(24, dtype=torch.float32).view(2, 4, 3) * torch.tensor([1.0, -1.0, 1.0])
     mask = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)
-    torch.testing.assert_close(pool(x, mask, "last", False), torch.stack([x[0, 2], torch.zeros(3)]))
-    torch.testing.assert_close(pool(x, mask, "max", False), torch.stack([x[0, 1:3].max(0).values, torch.zeros(3)]))
+    torch.testing.assert_close(pool(x, mask, "last"), torch.stack([x[0, 2], torch.zeros(3)]))
+    torch.testing.assert_close(pool(x, mask, "max"), torch.stack([x[0, 1:3].max(0).values, torch.zeros(3)]))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -116,13 +129,14 @@ def test_last_and_max_pooling_by_hand():
     (dict(embedding_norm=True), "pre-norm"),
     (dict(position_offset=64), "leaves no row"),
     (dict(position_ids="kept", positions="none"), "learned position table"),
+    (dict(sentence_dense_size=8, pooling="none"), "with pooling='none' there is none"),
 ])
 def test_invalid_combinations_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         preset("tiny", **overrides)
 
 
-@pytest.mark.parametrize("overrides", VARIANTS[:4] + VARIANTS[4:5], ids=IDS[:5])
+@pytest.mark.parametrize("overrides", VARIANTS[:5] + VARIANTS[-1:], ids=IDS[:5] + IDS[-1:])
 def test_export_passes_the_gate(overrides, tmp_path):
     cfg = preset("tiny", **overrides)
     result = export(cfg, tmp_path / "m.onnx", seed=2)

@@ -3,8 +3,9 @@ module layout, pooling and prompts. Family-specific weight mapping lives beside
 this file (one module per family).
 
 sentence-transformers configs, when present, set the pooling: ``modules.json``
-lists the modules, ``1_Pooling/config.json`` picks the mode, and a ``Normalize``
-module means l2-normalised embeddings.
+lists the modules, ``1_Pooling/config.json`` picks the mode, a ``Dense`` module after
+the pooling maps the pooled vector (s = act(W p + b), e.g. LaBSE, distiluse), and a
+``Normalize`` module means l2-normalised embeddings.
 """
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[s
 
 TOKENIZER_NAME = "tokenizer.json"
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
-ST_SUPPORTED = {"Transformer", "Pooling", "Normalize"}
+ST_SUPPORTED = {"Transformer", "Pooling", "Dense", "Normalize"}
+# sentence-transformers' Dense activation_function (a torch.nn class path) -> config name;
+# the module's default when the key is absent is Tanh
+ST_DENSE_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity", "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid"}
+ST_DENSE_WEIGHTS = {"linear.weight": "sentence_dense.weight", "linear.bias": "sentence_dense.bias"}
 # half-precision folders are common; upcasting them to float32 is exact
 HF_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -89,6 +94,23 @@ class SentenceConfig:
     max_seq_length: int | None = None
     prompts: dict[str, str] = field(default_factory=dict)  # name -> text prepended before tokenizing
     default_prompt: str | None = None  # used when the caller names no prompt
+    dense: DenseHead | None = None  # a Dense module after the pooling
+
+
+@dataclass(frozen=True)
+class DenseHead:
+    """sentence-transformers' Dense module: s = act(W p + b), W (out_features, in_features)."""
+
+    folder: Path
+    in_features: int
+    out_features: int
+    activation: str  # a config.DENSE_ACTIVATIONS name
+    bias: bool
+
+    def fields(self) -> dict:
+        """Its EncoderConfig fields."""
+        return {"sentence_dense_size": self.out_features, "sentence_dense_activation": self.activation,
+                "sentence_dense_bias": self.bias}
 
 
 def read_sentence_config(folder: Path) -> SentenceConfig:
@@ -104,21 +126,69 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             f"{folder / 'modules.json'} uses sentence-transformers modules ortformer does not implement: "
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
-    pooling = None
+    _check_module_order(folder, kinds)
+    pooling, dense = None, None
     for module, kind in zip(modules, kinds):
         if kind == "Pooling":
             pooling = _pooling_mode(read_json(_module_dir(folder, module) / "config.json"))
+        elif kind == "Dense":
+            dense = _dense_head(_module_dir(folder, module))
     st_config = folder / "sentence_bert_config.json"
     max_len = read_json(st_config).get("max_seq_length") if st_config.is_file() else None
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise CheckpointError(f"{st_config}: max_seq_length={max_len!r} must be a positive int")
-    return SentenceConfig(pooling, "Normalize" in kinds, max_len, prompts, default)
+    return SentenceConfig(pooling, "Normalize" in kinds, max_len, prompts, default, dense)
 
 
-def read_pooling(folder: Path) -> tuple[str | None, bool, int | None]:
-    """(pooling or None, normalize, max_seq_length) from sentence-transformers configs."""
-    st = read_sentence_config(folder)
-    return st.pooling, st.normalize, st.max_seq_length
+def _check_module_order(folder: Path, kinds: list[str]) -> None:
+    """Transformer, then Pooling, then at most one Dense, then Normalize: the order ortformer computes."""
+    rank = {"Transformer": 0, "Pooling": 1, "Dense": 2, "Normalize": 3}
+    order = [rank[k] for k in kinds]
+    if order != sorted(order) or len(set(order)) != len(order) or ("Dense" in kinds and "Pooling" not in kinds):
+        raise CheckpointError(
+            f"{folder / 'modules.json'} lists modules {kinds}; ortformer computes Transformer, Pooling, "
+            "at most one Dense, Normalize, each at most once and in this order (a Dense needs a Pooling before it)")
+
+
+def _dense_head(module_dir: Path) -> DenseHead:
+    """A Dense module's config, checked to be the plain pooled-vector map ortformer implements."""
+    path = module_dir / "config.json"
+    config = read_json(path)
+    for key in ("in_features", "out_features"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{path}: {key}={value!r} must be a positive int")
+    bias = config.get("bias", True)
+    if not isinstance(bias, bool):
+        raise CheckpointError(f"{path}: bias={bias!r} must be true or false")
+    if config.get("use_residual", False) is not False:
+        raise CheckpointError(f"{path}: use_residual={config['use_residual']!r} is not supported; "
+                              "ortformer implements the Dense module without a residual connection")
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key) not in (None, "sentence_embedding"):
+            raise CheckpointError(f"{path}: {key}={config[key]!r} is not supported; ortformer applies Dense "
+                                  "to the pooled sentence_embedding only")
+    activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
+    name = activation.rsplit(".", 1)[-1] if isinstance(activation, str) and activation.startswith("torch.") else None
+    if name not in ST_DENSE_ACTIVATIONS:
+        raise CheckpointError(f"{path}: activation_function={activation!r} is not supported; valid: "
+                              f"torch.nn.{', torch.nn.'.join(ST_DENSE_ACTIVATIONS)}")
+    return DenseHead(module_dir, config["in_features"], config["out_features"], ST_DENSE_ACTIVATIONS[name], bias)
+
+
+def dense_tensors(head: DenseHead, hidden_size: int) -> tuple[Tensors, Path]:
+    """The Dense module's weights under the Encoder's names, and the file they came from."""
+    if head.in_features != hidden_size:
+        raise CheckpointError(f"{head.folder / 'config.json'}: in_features={head.in_features} must equal the "
+                              f"encoder's hidden_size {hidden_size}: the Dense module maps the pooled vector")
+    weights = find_weights(head.folder, HF_WEIGHT_NAMES)
+    raw, _, duplicates = read_weights(weights)
+    unknown = sorted(set(raw) - set(ST_DENSE_WEIGHTS))
+    if unknown:
+        raise CheckpointError(f"{weights}: holds {unknown}; a Dense module holds {', '.join(ST_DENSE_WEIGHTS)}")
+    if duplicates:
+        raise CheckpointError(f"{weights}: tensors {duplicates} share storage; a Dense module's weights are distinct")
+    return {ST_DENSE_WEIGHTS[k]: v for k, v in raw.items()}, weights
 
 
 def _module_kind(module: dict) -> str:
@@ -189,16 +259,26 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     pooling = pooling or st.pooling or "none"
     if normalize is None:  # a Normalize module means nothing without a pooled embedding
         normalize = st.normalize and pooling != "none"
-    cfg = build(hf_config, {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name})
+    # a Dense head maps the pooled vector: without a pooling (pooling="none") it has nothing to map
+    dense = st.dense if st.dense is not None and pooling != "none" else None
+    common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name,
+              **(dense.fields() if dense else {})}
+    cfg = build(hf_config, common)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES)
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
+    files = [weights]
+    if dense is not None:
+        head, dense_file = dense_tensors(dense, cfg.hidden_size)
+        mapped, files = {**mapped, **head}, [weights, dense_file]
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
-    return Loaded(model, f"sha256:{checkpoint_digest(weights)}", find_tokenizer(model_dir, root), max_len,
+    # one digest per weight file, the Transformer's first
+    source = ",".join(f"sha256:{checkpoint_digest(f)}" for f in files)
+    return Loaded(model, source, find_tokenizer(model_dir, root), max_len,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt)
 
