@@ -8,7 +8,7 @@ from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.folder import is_hf_folder, read_json, transformer_dir
 from .loaded import Loaded
-from .weights import checkpoint_digest, find_weights
+from .weights import find_weights, weights_source
 
 # Hugging Face model_type -> module in models/hf/ whose ``load`` imports it
 FAMILIES = {
@@ -54,5 +54,5 @@ def load_any(path) -> Loaded:
         weights = path
     model = load_checkpoint(weights)
     tokenizer = weights.parent / TOKENIZER_NAME
-    return Loaded(model, f"sha256:{checkpoint_digest(weights)}", tokenizer if tokenizer.is_file() else None,
+    return Loaded(model, weights_source(weights), tokenizer if tokenizer.is_file() else None,
                   weights=weights)

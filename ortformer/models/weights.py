@@ -27,6 +27,8 @@ WEIGHTS_NAME = "model.safetensors"
 # looked up in this order; safetensors first because it cannot carry code
 WEIGHT_NAMES = (WEIGHTS_NAME, "model.pt", "model.bin", "pytorch_model.bin")
 PICKLE_SUFFIXES = (".pt", ".bin", ".pth")
+# a sharded checkpoint: NAME.index.json maps each tensor to its shard file (Hugging Face's layout)
+INDEX_SUFFIX = ".index.json"
 # the safetensors library's own bound; a larger header is corrupt or hostile
 MAX_HEADER_BYTES = 100_000_000
 
@@ -134,10 +136,13 @@ def _pickle_reason(exc: Exception) -> str:
 
 
 def read_weights(path: Path) -> tuple[Tensors, dict[str, str], list[str]]:
-    """(tensors, safetensors metadata, duplicate names) by file suffix."""
+    """(tensors, safetensors metadata, duplicate names) by file suffix; a sharded
+    checkpoint's ``*.index.json`` reads every shard it names."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"weight file {path} does not exist")
+    if path.name.endswith(INDEX_SUFFIX):
+        return read_sharded(path)
     if path.suffix == ".safetensors":
         return read_safetensors(path)
     if path.suffix in PICKLE_SUFFIXES:
@@ -147,14 +152,71 @@ def read_weights(path: Path) -> tuple[Tensors, dict[str, str], list[str]]:
     )
 
 
-def find_weights(folder: Path, names: Iterable[str] = WEIGHT_NAMES) -> Path:
+def find_weights(folder: Path, names: Iterable[str] = WEIGHT_NAMES, *, sharded: bool = False) -> Path:
+    """The first of ``names`` in ``folder``; with ``sharded``, else the first ``NAME.index.json``."""
     names = tuple(names)
     for name in names:
         if (folder / name).is_file():
             return folder / name
-    if (folder / f"{WEIGHTS_NAME}.index.json").exists():
-        raise CheckpointError(f"{folder} holds a sharded checkpoint; ortformer reads a single weight file")
+    index = next((folder / f"{n}{INDEX_SUFFIX}" for n in names if (folder / f"{n}{INDEX_SUFFIX}").is_file()), None)
+    if index is not None:
+        if sharded:
+            return index
+        raise CheckpointError(f"{folder} holds a sharded checkpoint ({index.name}); an ortformer checkpoint "
+                              "is a single weight file (Hugging Face folders may be sharded)")
     raise CheckpointError(f"{folder} has no weight file; looked for {', '.join(names)}")
+
+
+def shard_names(index: Path) -> dict[str, list[str]]:
+    """A sharded checkpoint's index (``{"weight_map": {tensor: shard file}}``) as shard -> tensor
+    names, shards sorted by name.
+
+    Shards are plain file names beside the index: a path (``../x``, ``/x``, ``a/b``) is refused,
+    so an index never makes ortformer read outside the model's folder."""
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"cannot read {index}: {type(exc).__name__}: {exc}") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise CheckpointError(f"{index} must hold a non-empty weight_map of tensor name -> shard file name")
+    shards: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        if shard in ("", ".", "..") or Path(shard).name != shard or "\\" in shard:
+            raise CheckpointError(f"{index}: shard {shard!r} (of {name}) is not a file name in {index.parent}; "
+                                  "shards must lie beside the index")
+        shards.setdefault(shard, []).append(name)
+    return dict(sorted(shards.items()))  # by file name: the source digests do not depend on the map's order
+
+
+def read_sharded(index: Path) -> tuple[Tensors, dict[str, str], list[str]]:
+    """(tensors of every shard, {}, duplicate names) of a sharded checkpoint, each shard
+    read as a single file is (safetensors, or a weights_only pickle)."""
+    tensors: Tensors = {}
+    duplicates: list[str] = []
+    for shard, names in shard_names(index).items():
+        found, _, repeated = read_weights(index.parent / shard)
+        duplicates += repeated + [name for name in found if name in tensors]
+        missing = sorted(set(names) - set(found))
+        if missing:
+            raise CheckpointError(f"{index.parent / shard} lacks {len(missing)} tensor(s) the index places there: "
+                                  f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+        tensors.update(found)
+    return tensors, {}, duplicates
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The files a weight path stands for: its shards for an index, else itself."""
+    path = Path(path)
+    if path.name.endswith(INDEX_SUFFIX):
+        return [path.parent / shard for shard in shard_names(path)]
+    return [path]
+
+
+def weights_source(*paths: Path) -> str:
+    """``ortformer.source`` of the weights: "sha256:<hex>" per file, comma-separated, in order."""
+    return ",".join(f"sha256:{checkpoint_digest(f)}" for path in paths for f in weight_files(path))
 
 
 def checkpoint_digest(path) -> str:

@@ -284,6 +284,48 @@ def test_unsupported_sentence_transformers_modules(tmp_path, modules, pooling, m
         load_bert(folder)
 
 
+def test_sharded_folder_reads_every_shard(tmp_path):
+    folder, reference = _tiny_hf(tmp_path / "whole")
+    model = transformers.BertModel.from_pretrained(str(folder)).eval()
+    model.save_pretrained(str(tmp_path / "sharded"), max_shard_size="20KB")
+    sharded = tmp_path / "sharded"
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) >= 3 and not (sharded / "model.safetensors").exists()
+    loaded = load_any(sharded)
+    assert loaded.weights.name == "model.safetensors.index.json"
+    # one digest per shard, by shard name: a changed shard changes the source
+    assert loaded.source.split(",") == [f"sha256:{checkpoint_digest(s)}" for s in shards]
+    assert _max_error(loaded.model, reference) <= MAX_ABS
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda index, m: {**index, "weight_map": {**m, "pooler.dense.bias": "../outside.safetensors"}},
+     "shard '../outside.safetensors' .* is not a file name"),
+    (lambda index, m: {**index, "weight_map": {**m, "pooler.dense.bias": "/etc/passwd"}}, "is not a file name"),
+    (lambda index, m: {**index, "weight_map": {**m, "encoder.layer.0.extra": next(iter(m.values()))}},
+     r"lacks 1 tensor\(s\) the index places there: encoder.layer.0.extra"),
+    (lambda index, m: {**index, "weight_map": {**m, "x": "model-99999.safetensors"}},
+     "weight file .*model-99999.safetensors does not exist"),
+    (lambda index, m: {"weight_map": []}, "must hold a non-empty weight_map"),
+])
+def test_bad_shard_indexes_are_refused(tmp_path, edit, message):
+    folder, _ = _tiny_hf(tmp_path / "whole")
+    transformers.BertModel.from_pretrained(str(folder)).save_pretrained(str(tmp_path / "s"), max_shard_size="20KB")
+    path = tmp_path / "s" / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    path.write_text(json.dumps(edit(index, index["weight_map"])))
+    with pytest.raises(CheckpointError, match=message):
+        load_any(tmp_path / "s")
+
+
+def test_ortformer_checkpoints_stay_single_files(tmp_path):
+    from ortformer.models.weights import find_weights
+
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="an ortformer checkpoint is a single weight file"):
+        find_weights(tmp_path)
+
+
 def test_load_any_on_a_tiny_bert_folder(tmp_path):
     folder, reference = _tiny_hf(tmp_path / "hf")
     shutil.copy(MINILM / "tokenizer.json", folder / "tokenizer.json")

@@ -21,7 +21,7 @@ import torch
 from ...config import EncoderConfig
 from ...errors import CheckpointError, ConfigError
 from ..loaded import Loaded
-from ..weights import Tensors, checkpoint_digest, encoder_from_tensors, find_weights, read_weights
+from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 
 log = logging.getLogger(__name__)
 MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[str]]]
@@ -264,7 +264,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name,
               **(dense.fields() if dense else {})}
     cfg = build(hf_config, common)
-    weights = find_weights(model_dir, HF_WEIGHT_NAMES)
+    weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
     if dropped:
@@ -276,9 +276,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
-    # one digest per weight file, the Transformer's first
-    source = ",".join(f"sha256:{checkpoint_digest(f)}" for f in files)
-    return Loaded(model, source, find_tokenizer(model_dir, root), max_len,
+    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt)
 
