@@ -202,7 +202,8 @@ class EncoderConfig:
 
 def _check_variants(cfg: EncoderConfig) -> None:
     """The combinations the family cannot build, each refused with its reason."""
-    for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window", "sentence_dense_size"):
+    for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window",
+                 "sentence_dense_size"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 0")
     for name in ("global_every", "relative_attention_max_distance"):

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from .. import contract
-from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, NORM_POSITIONS, NORMS, POOLINGS, POSITION_IDS,
-                      POSITIONS, PRESETS, EncoderConfig, preset)
+from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, DENSE_ACTIVATIONS, NORM_POSITIONS, NORMS, POOLINGS,
+                      POSITION_IDS, POSITIONS, PRESETS, EncoderConfig, preset)
 from ..errors import ConfigError
 from ..parity import GATES, format_report
 from .common import CliError, check_output, echo_json, human_size
@@ -27,7 +27,8 @@ FLAG_FIELDS = {
     "ffn_gated": "ffn_gated", "bias": "bias", "relative_buckets": "relative_attention_buckets",
     "relative_max_distance": "relative_attention_max_distance", "rotary_theta": "rotary_theta",
     "rotary_theta_local": "rotary_theta_local", "local_window": "local_window", "global_every": "global_every",
-    "causal": "causal",
+    "causal": "causal", "sentence_dense": "sentence_dense_size",
+    "sentence_dense_activation": "sentence_dense_activation",
 }
 
 
@@ -128,6 +129,10 @@ def architecture_options(func):
                      help="MPNet/T5 relative position bias with this many buckets (e.g. 32); 0 = off. Softmax only."),
         click.option("--relative-max-distance", type=click.IntRange(min=1),
                      help="Distance where relative buckets stop growing (default 128)."),
+        click.option("--sentence-dense", type=click.IntRange(min=0),
+                     help="A Dense head of this width on the pooled vector, act(W p + b) (LaBSE, distiluse); 0 = none."),
+        click.option("--sentence-dense-activation", type=click.Choice(DENSE_ACTIVATIONS),
+                     help="Activation of the --sentence-dense head (default identity)."),
         click.option("--causal/--no-causal", default=None,
                      help="Token i attends to j <= i; linear/cosine models can then stream (Runtime.stream)."),
     ]
@@ -140,7 +145,7 @@ def architecture_options(func):
 @architecture_options
 @click.option("--from", "from_path", type=click.Path(exists=True),
               help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
-                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, mpnet, modernbert).")
+                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, mpnet, modernbert, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--no-fused-ops", is_flag=True,
