@@ -145,7 +145,7 @@ def architecture_options(func):
 @architecture_options
 @click.option("--from", "from_path", type=click.Path(exists=True),
               help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
-                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, mpnet, modernbert, t5, mt5).")
+                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, modernbert, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--no-fused-ops", is_flag=True,
