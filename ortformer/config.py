@@ -24,7 +24,7 @@ POOLINGS = ("none", "mean", "cls", "last", "max")
 # non-linearity after the sentence-embedding Dense head (sentence-transformers' Dense module)
 DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
 # which attention kinds each variant works with, and why the others cannot
-SOFTMAX_ONLY = ("relative_attention_buckets", "local_window")
+SOFTMAX_ONLY = ("relative_attention_buckets", "local_window", "disentangled_buckets")
 
 _CHOICES = {
     "attention": ATTENTION_KINDS,
@@ -92,6 +92,13 @@ class EncoderConfig:
     relative_attention_buckets: int = 0
     # distance beyond which relative positions share the last logarithmic bucket
     relative_attention_max_distance: int = 128
+    # disentangled relative attention (DeBERTa-v2/v3): 0 = off, else S log buckets of i - j
+    # (2S rows of a normed relative table R shared by every layer, projected by each layer's
+    # own W_Q, W_K) and scores (q_i k_j + q_i (W_K R)[I_ij] + k_j (W_Q R)[I_ij]) / sqrt(D),
+    # I_ij = clamp(bucket(i - j) + S, 0, 2S - 1). softmax only
+    disentangled_buckets: int = 0
+    # distance where the disentangled buckets reach their last (logarithmic) bucket
+    disentangled_max_distance: int = 512
     # sliding-window attention: 0 = every layer global; else local layers attend to keys with
     # |i - j| <= local_window // 2 (ModernBERT's local_attention). softmax only
     local_window: int = 0
@@ -203,10 +210,10 @@ class EncoderConfig:
 def _check_variants(cfg: EncoderConfig) -> None:
     """The combinations the family cannot build, each refused with its reason."""
     for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window",
-                 "sentence_dense_size"):
+                 "sentence_dense_size", "disentangled_buckets"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 0")
-    for name in ("global_every", "relative_attention_max_distance"):
+    for name in ("global_every", "relative_attention_max_distance", "disentangled_max_distance"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
     for name in ("rotary_theta", "rotary_theta_local"):
@@ -240,6 +247,15 @@ def _check_variants(cfg: EncoderConfig) -> None:
         if cfg.relative_attention_max_distance <= exact:
             raise ConfigError(f"relative_attention_max_distance={cfg.relative_attention_max_distance} must exceed the "
                               f"{exact} exact distances of relative_attention_buckets={cfg.relative_attention_buckets}")
+    if cfg.disentangled_buckets:
+        if cfg.disentangled_buckets < 2 or cfg.disentangled_max_distance <= cfg.disentangled_buckets // 2 + 1:
+            raise ConfigError(f"disentangled_buckets={cfg.disentangled_buckets} needs >= 2 buckets and "
+                              f"disentangled_max_distance > buckets // 2 + 1 (got {cfg.disentangled_max_distance}): "
+                              "half the buckets are exact distances, the rest logarithmic up to the max distance")
+        for name in ("relative_attention_buckets", "local_window", "causal"):
+            if getattr(cfg, name):
+                raise ConfigError(f"disentangled_buckets with {name} is not implemented: the disentangled "
+                                  "attention brings its own relative positions over the whole sequence")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):

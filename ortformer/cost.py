@@ -7,6 +7,7 @@ D = head size, L = layers:
   up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
 - bias=False: no Linear biases, and LayerNorm keeps only its weight
 - a relative position bias: one buckets x H table
+- disentangled attention: one 2S x F relative table and its norm (S = disentangled_buckets)
 - embeddings: vocab x E tokens, max_positions x E learned positions, types x E
   (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
 - a sentence Dense head: F x S weights (+ S bias), S = sentence_dense_size
@@ -49,6 +50,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "relative_attention_bias": cfg.relative_attention_buckets * cfg.num_heads,
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
+        # DeBERTa's relative table (2S, F) and its norm, shared by every layer
+        "disentangled_positions": (2 * cfg.disentangled_buckets * F + _norm_params(cfg)) if cfg.disentangled_buckets else 0,
         "sentence_dense": cfg.sentence_dense_size * (F + (1 if cfg.sentence_dense_bias else 0)),
     }
 
@@ -65,11 +68,15 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     """
     F, L, D = cfg.hidden_size, cfg.num_layers, cfg.head_size
     core = 4 * n * n * F if cfg.attention == "softmax" else 4 * n * F * D
-    return {
+    flops = {
         "projections": L * 8 * n * F * F,
         "attention_core": L * core,
         "ffn": L * (6 if cfg.ffn_gated else 4) * n * F * cfg.ffn_size,
     }
+    if cfg.disentangled_buckets:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
+        s = cfg.disentangled_buckets
+        flops["disentangled_positions"] = L * (8 * s * F * F + 8 * n * s * F)
+    return flops
 
 
 def total_flops(cfg: EncoderConfig, n: int) -> int:

@@ -28,7 +28,8 @@ FLAG_FIELDS = {
     "relative_max_distance": "relative_attention_max_distance", "rotary_theta": "rotary_theta",
     "rotary_theta_local": "rotary_theta_local", "local_window": "local_window", "global_every": "global_every",
     "causal": "causal", "sentence_dense": "sentence_dense_size",
-    "sentence_dense_activation": "sentence_dense_activation",
+    "sentence_dense_activation": "sentence_dense_activation", "disentangled_buckets": "disentangled_buckets",
+    "disentangled_max_distance": "disentangled_max_distance",
 }
 
 
@@ -129,6 +130,11 @@ def architecture_options(func):
                      help="MPNet/T5 relative position bias with this many buckets (e.g. 32); 0 = off. Softmax only."),
         click.option("--relative-max-distance", type=click.IntRange(min=1),
                      help="Distance where relative buckets stop growing (default 128)."),
+        click.option("--disentangled-buckets", type=click.IntRange(min=0),
+                     help="DeBERTa's disentangled relative attention with this many log buckets (e.g. 256); 0 = off. "
+                          "Softmax only."),
+        click.option("--disentangled-max-distance", type=click.IntRange(min=1),
+                     help="Distance where the disentangled buckets stop growing (default 512)."),
         click.option("--sentence-dense", type=click.IntRange(min=0),
                      help="A Dense head of this width on the pooled vector, act(W p + b) (LaBSE, distiluse); 0 = none."),
         click.option("--sentence-dense-activation", type=click.Choice(DENSE_ACTIVATIONS),
@@ -145,7 +151,8 @@ def architecture_options(func):
 @architecture_options
 @click.option("--from", "from_path", type=click.Path(exists=True),
               help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
-                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, modernbert, t5, mt5).")
+                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, modernbert, "
+                   "deberta-v2, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--no-fused-ops", is_flag=True,

@@ -258,10 +258,21 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+                disentangled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x (B, N, F), key_mask bool (B, N); scores_bias (1|B, 1|H, N, N), softmax only;
-        rotary (cos, sin), each (N, D)."""
+        rotary (cos, sin), each (N, D); disentangled (R (2S, F), I (N, N)) from
+        layers.DisentangledPositions, softmax only (its bias replaces scores_bias)."""
         b, n, f = x.shape
+        if disentangled is not None:
+            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
+            scores_bias = self.disentangled_bias(q, k, *disentangled)  # (B, H, N, N)
+            if self.fused:
+                out = biased_softmax_attention(q, k, v, key_mask.to(torch.int32), scores_bias, self.num_heads)
+                return self.out(out * key_mask.any(dim=1).to(out.dtype)[:, None, None])
+            q, k, v = (t.view(b, n, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # each (B, H, N, D)
+            heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias)
+            return self.out(heads.transpose(1, 2).reshape(b, n, f))
         if self.fused:
             q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
             if rotary is not None:  # onnxruntime's RotaryEmbedding before the fused attention
@@ -287,3 +298,19 @@ class MultiHeadAttention(nn.Module):
         else:
             heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
         return self.out(heads.transpose(1, 2).reshape(b, n, f))
+
+    def disentangled_bias(self, q: torch.Tensor, k: torch.Tensor, table: torch.Tensor,
+                          index: torch.Tensor) -> torch.Tensor:
+        """(c2p + p2c) / sqrt(D), (B, H, N, N), from q, k (B, N, F), the relative table R (2S, F)
+        and I (N, N): c2p[i, j] = q_i . (W_K R + b_K)[I_ij], p2c[i, j] = k_j . (W_Q R + b_Q)[I_ij],
+        per head. R goes through this layer's own Q and K projections (DeBERTa's share_att_key)."""
+        b, n, f = q.shape
+        h = self.num_heads
+        bias = self.qkv.bias[: 2 * f] if self.qkv.bias is not None else None
+        positions = F.linear(table.to(q.dtype), self.qkv.weight[: 2 * f], bias)  # (2S, 2F): [W_Q R | W_K R]
+        pos_q, pos_k = positions.view(-1, 2, h, f // h).permute(1, 2, 0, 3).unbind(0)  # each (H, 2S, D)
+        q, k = (t.view(b, n, h, -1).transpose(1, 2) for t in (q, k))  # each (B, H, N, D)
+        c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index.expand(b, h, n, n))  # (B, H, N, N)
+        # rows of k_j . (W_Q R)[r] are keys: gather at I^T, then transpose to (query, key)
+        p2c = torch.gather(k @ pos_q.transpose(-1, -2), -1, index.transpose(0, 1).expand(b, h, n, n))
+        return (c2p + p2c.transpose(-1, -2)) * (f // h) ** -0.5

@@ -7,7 +7,8 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, Positions, RelativePositionBias, Rotary, make_activation, make_norm, window_bias
+from .layers import (DisentangledPositions, FeedForward, Positions, RelativePositionBias, Rotary, make_activation,
+                     make_norm, window_bias)
 
 
 class Block(nn.Module):
@@ -28,11 +29,12 @@ class Block(nn.Module):
         self.norm2 = make_norm(cfg)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+                disentangled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attention(self.norm1(x), key_mask, scores_bias, rotary)
+            x = x + self.attention(self.norm1(x), key_mask, scores_bias, rotary, disentangled)
             return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary))
+        x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary, disentangled))
         return self.norm2(x + self.ffn(x))
 
 
@@ -70,6 +72,8 @@ class Encoder(nn.Module):
         # local (sliding-window) layers: l % global_every != 0; they may rotate with their own theta
         self.local_layers = [l for l in range(cfg.num_layers) if cfg.local_window and l % cfg.global_every]
         self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local) if cfg.rotary_theta_local else None
+        # DeBERTa's relative table, normed once per call and projected by every layer
+        self.disentangled = DisentangledPositions(cfg) if cfg.disentangled_buckets else None
         self.sentence_dense = (nn.Linear(cfg.hidden_size, cfg.sentence_dense_size, bias=cfg.sentence_dense_bias)
                                if cfg.sentence_dense_size else None)
         self.sentence_activation = make_activation(cfg.sentence_dense_activation)
@@ -92,6 +96,7 @@ class Encoder(nn.Module):
         relative = self.relative(n).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
         rotary = self.rotary(n, x.device) if self.rotary is not None else None  # cos, sin: each (N, D)
         local_bias, local_rotary = relative, rotary
+        disentangled = self.disentangled(n) if self.disentangled is not None else None  # R (2S, F), I (N, N)
         if self.local_layers:  # every bias and table once per call, shared by the layers of its kind
             window = window_bias(n, cfg.local_window, x)  # (1, 1, N, N)
             # masked_fill, not add: lowest + a negative bias would overflow to -inf in float16
@@ -101,7 +106,7 @@ class Encoder(nn.Module):
             if l in self.local_layers:
                 x = block(x, key_mask, local_bias, local_rotary)
             else:
-                x = block(x, key_mask, relative, rotary)
+                x = block(x, key_mask, relative, rotary, disentangled)
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}

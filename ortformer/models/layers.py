@@ -191,6 +191,44 @@ class RelativePositionBias(nn.Module):
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, N, N)
 
 
+def log_bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
+    """DeBERTa's log bucket of signed distances d = i - j (int64), m = buckets // 2:
+    d itself when |d| <= m, else sign(d) (m + ceil(log(|d| / m) / log((max_distance - 1) / m) (m - 1))).
+
+    Computed in float32 with the same operations transformers uses, so a distance that
+    lands on a bucket boundary falls on the same side."""
+    mid = buckets // 2
+    sign = torch.sign(distance)
+    size = torch.where((distance < mid) & (distance > -mid), torch.tensor(mid - 1), distance.abs())
+    log_pos = torch.ceil(torch.log(size / mid) / torch.log(torch.tensor((max_distance - 1) / mid)) * (mid - 1)) + mid
+    return torch.where(size <= mid, distance.to(log_pos.dtype), log_pos * sign).to(torch.int64)
+
+
+class DisentangledPositions(nn.Module):
+    """The relative table of disentangled attention (DeBERTa-v2/v3), shared by every layer.
+
+    forward(n) -> (R, I): R = norm(table) (2S, F); I (N, N) int64 with
+    I[i, j] = clamp(bucket(i - j) + S, 0, 2S - 1), looked up in a bucket table over
+    every distance the model takes (|i - j| < max_positions), computed once here: no Log
+    runs in the graph.
+    """
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.span, self.longest = cfg.disentangled_buckets, cfg.max_positions
+        distance = torch.arange(-(self.longest - 1), self.longest)  # (2 max_positions - 1,)
+        buckets = log_bucket(distance, cfg.disentangled_buckets, cfg.disentangled_max_distance)
+        index = (buckets + self.span).clamp(0, 2 * self.span - 1)
+        self.register_buffer("index_of_distance", index, persistent=False)
+        self.table = nn.Embedding(2 * cfg.disentangled_buckets, cfg.hidden_size)
+        self.norm = make_norm(cfg)
+
+    def forward(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        position = torch.arange(n, device=self.table.weight.device)
+        distance = position[:, None] - position[None, :] + (self.longest - 1)  # (N, N): i - j, shifted to >= 0
+        return self.norm(self.table.weight), self.index_of_distance[distance]
+
+
 class Rotary(nn.Module):
     """Rotary position tables, rotate-half convention (transformers' LLaMA/GPT-NeoX/ModernBERT).
 

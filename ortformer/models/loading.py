@@ -14,7 +14,7 @@ from .weights import find_weights, weights_source
 FAMILIES = {
     "bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
     "distilbert": "distilbert", "electra": "electra", "mpnet": "mpnet", "modernbert": "modernbert",
-    "t5": "t5", "mt5": "t5", "albert": "albert",
+    "t5": "t5", "mt5": "t5", "albert": "albert", "deberta-v2": "deberta_v2",
 }
 
 

@@ -33,6 +33,7 @@ VARIANTS = [
     dict(norm_position="pre", embedding_norm=True, embedding_size=16, positions="sinusoidal", attention="linear"),
     dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
     dict(sentence_dense_size=8, sentence_dense_activation="tanh", pooling="mean", normalize_embeddings=True),
+    dict(disentangled_buckets=8, disentangled_max_distance=20, positions="none", pooling="max"),
 ]
 IDS = ["-".join(f"{k}={v}" for k, v in c.items()) for c in VARIANTS]
 
@@ -115,6 +116,19 @@ def test_sentence_dense_head_maps_the_pooled_vector():
     assert cfg.sentence_size == 8 and preset("tiny").sentence_size == cfg.hidden_size
 
 
+def test_disentangled_buckets_follow_debertas_formula():
+    from ortformer.models.layers import DisentangledPositions, log_bucket
+
+    # S = 8 (mid 4), max distance 20: |d| <= 4 exact; beyond, 4 + ceil(log(|d| / 4) / log(19 / 4) * 3)
+    d = torch.tensor([0, 1, -3, 4, -4, 5, 9, -19, 40])
+    want = [0, 1, -3, 4, -4, 5, 6, -7, 9]  # 9 > S: the index clamps it to 2S - 1
+    assert log_bucket(d, 8, 20).tolist() == want
+    cfg = preset("tiny", disentangled_buckets=8, disentangled_max_distance=20, positions="none")
+    table, index = DisentangledPositions(cfg)(6)
+    assert table.shape == (16, cfg.hidden_size) and index.shape == (6, 6)
+    assert index[5, 0] == 8 + 5 and index[0, 5] == 8 - 5 and (index.diagonal() == 8).all()
+
+
 def test_last_and_max_pooling_by_hand():
     from ortformer.models.encoder import pool
 
@@ -130,13 +144,16 @@ def test_last_and_max_pooling_by_hand():
     (dict(position_offset=64), "leaves no row"),
     (dict(position_ids="kept", positions="none"), "learned position table"),
     (dict(sentence_dense_size=8, pooling="none"), "with pooling='none' there is none"),
+    (dict(disentangled_buckets=8, disentangled_max_distance=5), "disentangled_max_distance > buckets // 2 \\+ 1"),
+    (dict(disentangled_buckets=8, attention="linear"), "needs attention='softmax'"),
+    (dict(disentangled_buckets=8, relative_attention_buckets=32), "disentangled_buckets with relative_attention_buckets"),
 ])
 def test_invalid_combinations_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         preset("tiny", **overrides)
 
 
-@pytest.mark.parametrize("overrides", VARIANTS[:5] + VARIANTS[-1:], ids=IDS[:5] + IDS[-1:])
+@pytest.mark.parametrize("overrides", VARIANTS[:5] + VARIANTS[-2:], ids=IDS[:5] + IDS[-2:])
 def test_export_passes_the_gate(overrides, tmp_path):
     cfg = preset("tiny", **overrides)
     result = export(cfg, tmp_path / "m.onnx", seed=2)

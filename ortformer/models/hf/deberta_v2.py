@@ -1,0 +1,141 @@
+"""Import a DeBERTa-v2 / v3 folder (deberta-v3-base, mdeberta-v3 and their kin).
+
+transformers' DebertaV2Model is BERT's post-norm layer with disentangled attention:
+
+    scores_ij = (q_i k_j + q_i pk[I_ij] + k_j pq[I_ij]) / sqrt(3 D),   pk = W_K R + b_K, pq = W_Q R + b_Q
+
+with R = LN(rel_embeddings) (2S, F) shared by every layer, projected by each layer's own
+query and key Linears (share_att_key), and I_ij = clamp(bucket(i - j) + S, 0, 2S - 1), the
+log buckets of position_buckets = S up to max_relative_positions. That is EncoderConfig's
+disentangled_buckets / disentangled_max_distance, whose scores divide by sqrt(D): storing
+W_Q and b_Q divided by sqrt(3) scales every term by the same 1/sqrt(3) (q and pq each
+appear once per term), which is exact up to rounding. Absolute positions are added only
+with position_biased_input (v2); v3 has none.
+
+Refused: other pos_att_type sets, share_att_key=false, a relative table without its
+LayerNorm, a conv layer (conv_kernel_size), embedding_size != hidden_size (a bias-free
+projection) and attention_head_size != hidden / heads.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...config import EncoderConfig
+from ...errors import CheckpointError
+from ..loaded import Loaded
+from ..weights import Tensors, check_tensors
+from .bert import ACTIVATIONS, split_dropped
+from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+
+WHAT = "DeBERTa-v2 "
+REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+            "max_position_embeddings")
+DROPPED_PREFIXES = ("pooler.", "lm_predictions.", "mask_predictions.", "cls.", "classifier.", "qa_outputs.")
+TERMS = {"c2p", "p2c"}
+# (DeBERTa name, Encoder name) per layer; q/k/v are fused separately
+LAYER_NAMES = (("attention.output.dense", "attention.out"), ("attention.output.LayerNorm", "norm1"),
+               ("intermediate.dense", "ffn.up"), ("output.dense", "ffn.down"), ("output.LayerNorm", "norm2"))
+
+
+def _terms(hf: dict) -> set[str]:
+    kind = hf.get("pos_att_type") or []
+    kind = kind.lower().split("|") if isinstance(kind, str) else kind
+    return {str(t).strip() for t in kind}
+
+
+def deberta_config(hf: dict, common: dict) -> EncoderConfig:
+    require(hf, "DeBERTa-v2", REQUIRED)
+    refuse(hf, "hidden_act", tuple(ACTIVATIONS), "gelu", WHAT)
+    f, heads = hf["hidden_size"], hf["num_attention_heads"]
+    if hf.get("attention_head_size", f // max(heads, 1)) * heads != f:
+        raise CheckpointError(f"{WHAT}config.json attention_head_size={hf['attention_head_size']} x {heads} heads "
+                              f"!= hidden_size={f} is not supported; ortformer's heads split the width")
+    if hf.get("embedding_size", f) != f:
+        raise CheckpointError(f"{WHAT}config.json embedding_size={hf['embedding_size']} != hidden_size={f} is not "
+                              "supported (a bias-free embedding projection)")
+    if hf.get("conv_kernel_size", 0):
+        raise CheckpointError(f"{WHAT}config.json conv_kernel_size={hf['conv_kernel_size']} is not supported; "
+                              "ortformer implements DeBERTa without the convolution after the first layer")
+    buckets, max_distance = 0, 512
+    if hf.get("relative_attention", False):
+        if _terms(hf) != TERMS:
+            raise CheckpointError(f"{WHAT}config.json pos_att_type={hf.get('pos_att_type')!r} is not supported; "
+                                  "ortformer implements both c2p and p2c (\"p2c|c2p\")")
+        if not hf.get("share_att_key", False):
+            raise CheckpointError(f"{WHAT}config.json share_att_key={hf.get('share_att_key', False)!r} is not supported; "
+                                  "ortformer projects the relative table with each layer's own query and key Linears")
+        if "layer_norm" not in str(hf.get("norm_rel_ebd", "none")).lower():
+            raise CheckpointError(f"{WHAT}config.json norm_rel_ebd={hf.get('norm_rel_ebd', 'none')!r} is not supported; "
+                                  "ortformer normalises the relative table (\"layer_norm\")")
+        buckets = hf.get("position_buckets", -1)
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets <= 0:
+            raise CheckpointError(f"{WHAT}config.json position_buckets={buckets!r} is not supported; ortformer "
+                                  "implements log-bucketed relative positions (position_buckets > 0, e.g. 256)")
+        max_distance = hf.get("max_relative_positions", -1)
+        if not isinstance(max_distance, int) or max_distance < 1:
+            max_distance = hf["max_position_embeddings"]
+    learned = hf.get("position_biased_input", True)
+    return make_config(
+        "DeBERTa-v2", vocab_size=hf["vocab_size"], hidden_size=f, num_heads=heads,
+        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], attention="softmax", norm="layernorm",
+        norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
+        positions="learned" if learned else "none", max_positions=hf["max_position_embeddings"],
+        type_vocab_size=hf.get("type_vocab_size", 0), norm_eps=hf.get("layer_norm_eps", 1e-7),
+        disentangled_buckets=buckets, disentangled_max_distance=max_distance, **common)
+
+
+def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """transformers' DebertaV2Model tensor name -> shape (without dropped heads)."""
+    f, ffn = cfg.hidden_size, cfg.ffn_size
+    out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f),
+           "embeddings.LayerNorm.weight": (f,), "embeddings.LayerNorm.bias": (f,)}
+    if cfg.positions == "learned":
+        out["embeddings.position_embeddings.weight"] = (cfg.max_positions, f)
+    if cfg.type_vocab_size:
+        out["embeddings.token_type_embeddings.weight"] = (cfg.type_vocab_size, f)
+    if cfg.disentangled_buckets:
+        out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
+        out["encoder.LayerNorm.weight"] = out["encoder.LayerNorm.bias"] = (f,)
+    for i in range(cfg.num_layers):
+        p = f"encoder.layer.{i}."
+        for sub, (rows, cols) in {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
+                                  "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
+                                  "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}.items():
+            out[p + sub + ".weight"], out[p + sub + ".bias"] = (rows, cols), (rows,)
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            out[p + norm + ".weight"], out[p + norm + ".bias"] = (f,), (f,)
+    return out
+
+
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
+    """Check a DeBERTa-v2 state dict and rename it: q/k/v fused, W_Q and b_Q divided by sqrt(3)."""
+    kept, dropped = split_dropped(raw, "deberta.", DROPPED_PREFIXES)
+    check_tensors(kept, shapes(cfg), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],
+           "norm.weight": kept["embeddings.LayerNorm.weight"], "norm.bias": kept["embeddings.LayerNorm.bias"]}
+    if cfg.positions == "learned":
+        out["positions.table.weight"] = kept["embeddings.position_embeddings.weight"]
+    if cfg.type_vocab_size:
+        out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
+    if cfg.disentangled_buckets:
+        out["disentangled.table.weight"] = kept["encoder.rel_embeddings.weight"]
+        out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
+        out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
+    # DeBERTa divides by sqrt(D x (1 + the two position terms)); ortformer by sqrt(D)
+    query_scale = 1 / math.sqrt(3) if cfg.disentangled_buckets else 1.0
+    for i in range(cfg.num_layers):
+        p, q = f"encoder.layer.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            parts = [kept[p + f"attention.self.{part}_proj.{kind}"].to(torch.float32) for part in ("query", "key", "value")]
+            out[q + f"attention.qkv.{kind}"] = torch.cat([parts[0] * query_scale, *parts[1:]], dim=0)
+            for src, dst in LAYER_NAMES:
+                out[q + f"{dst}.{kind}"] = kept[p + f"{src}.{kind}"]
+    return out, dropped
+
+
+def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a DeBERTa-v2 / v3 folder as an ortformer Encoder."""
+    return import_folder(folder, family="deberta-v2", build=deberta_config, map_weights=map_weights,
+                         pooling=pooling, normalize=normalize, name=name)

