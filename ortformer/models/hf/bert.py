@@ -64,6 +64,18 @@ def bert_config(hf: dict, common: dict | None = None) -> EncoderConfig:
     return make_config("BERT", **bert_fields(hf), **{"name": "bert", **(common or {})})
 
 
+def layer_shapes(prefix: str, linears: dict[str, tuple[int, int]], norms: tuple[str, ...],
+                 width: int) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of one layer: each Linear's (rows, cols) weight and (rows,) bias,
+    each LayerNorm's (width,) weight and bias, names under ``prefix``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for sub, (rows, cols) in linears.items():
+        shapes[prefix + sub + ".weight"], shapes[prefix + sub + ".bias"] = (rows, cols), (rows,)
+    for norm in norms:
+        shapes[prefix + norm + ".weight"], shapes[prefix + norm + ".bias"] = (width,), (width,)
+    return shapes
+
+
 def bert_layout_shapes(cfg: EncoderConfig, hf_types: int) -> dict[str, tuple[int, ...]]:
     """Hugging Face BertModel tensor name -> shape (without dropped heads); hf_types rows
     of token types, embeddings E = embedding_size or F wide (ELECTRA)."""
@@ -76,14 +88,10 @@ def bert_layout_shapes(cfg: EncoderConfig, hf_types: int) -> dict[str, tuple[int
     }
     if cfg.embedding_size:
         shapes["embeddings_project.weight"], shapes["embeddings_project.bias"] = (f, e), (f,)
+    linears = {"attention.self.query": (f, f), "attention.self.key": (f, f), "attention.self.value": (f, f),
+               "attention.output.dense": (f, f), "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
     for i in range(cfg.num_layers):
-        p = f"encoder.layer.{i}."
-        for sub, (rows, cols) in {"attention.self.query": (f, f), "attention.self.key": (f, f),
-                                  "attention.self.value": (f, f), "attention.output.dense": (f, f),
-                                  "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}.items():
-            shapes[p + sub + ".weight"], shapes[p + sub + ".bias"] = (rows, cols), (rows,)
-        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
-            shapes[p + norm + ".weight"], shapes[p + norm + ".bias"] = (f,), (f,)
+        shapes.update(layer_shapes(f"encoder.layer.{i}.", linears, ("attention.output.LayerNorm", "output.LayerNorm"), f))
     if not hf_types:
         del shapes["embeddings.token_type_embeddings.weight"]
     return shapes
@@ -128,14 +136,28 @@ def to_ortformer(hf: Tensors, cfg: EncoderConfig, fold_types: bool = False) -> T
         out["types.weight"] = hf["embeddings.token_type_embeddings.weight"]
     if cfg.embedding_size:
         out["project.weight"], out["project.bias"] = hf["embeddings_project.weight"], hf["embeddings_project.bias"]
-    for i in range(cfg.num_layers):
+    out.update(post_norm_layers(hf, cfg.num_layers, ("attention.self.query", "attention.self.key",
+                                                     "attention.self.value"), BERT_LAYER_NAMES))
+    return out
+
+
+# (Hugging Face name, Encoder name) per BERT layer; q/k/v are fused separately
+BERT_LAYER_NAMES = (("attention.output.dense", "attention.out"), ("attention.output.LayerNorm", "norm1"),
+                    ("intermediate.dense", "ffn.up"), ("output.dense", "ffn.down"), ("output.LayerNorm", "norm2"))
+
+
+def post_norm_layers(hf: Tensors, layers: int, qkv: tuple[str, str, str], names, query_scale: float = 1.0) -> Tensors:
+    """Encoder names of ``encoder.layer.{i}.`` tensors with biases: the three ``qkv`` Linears
+    fused into rows [Q; K; V] (Q times ``query_scale``), the rest renamed by ``names``."""
+    out = {}
+    for i in range(layers):
         p, q = f"encoder.layer.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias"):
-            out[q + f"attention.qkv.{kind}"] = torch.cat(
-                [hf[p + f"attention.self.{part}.{kind}"] for part in ("query", "key", "value")], dim=0)
-            for src, dst in (("attention.output.dense", "attention.out"), ("attention.output.LayerNorm", "norm1"),
-                             ("intermediate.dense", "ffn.up"), ("output.dense", "ffn.down"),
-                             ("output.LayerNorm", "norm2")):
+            parts = [hf[p + f"{part}.{kind}"] for part in qkv]
+            if query_scale != 1.0:
+                parts[0] = parts[0].to(torch.float32) * query_scale
+            out[q + f"attention.qkv.{kind}"] = torch.cat(parts, dim=0)
+            for src, dst in names:
                 out[q + f"{dst}.{kind}"] = hf[p + f"{src}.{kind}"]
     return out
 

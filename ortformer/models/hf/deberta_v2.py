@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS, split_dropped
+from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
 WHAT = "DeBERTa-v2 "
@@ -34,9 +32,6 @@ REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_laye
             "max_position_embeddings")
 DROPPED_PREFIXES = ("pooler.", "lm_predictions.", "mask_predictions.", "cls.", "classifier.", "qa_outputs.")
 TERMS = {"c2p", "p2c"}
-# (DeBERTa name, Encoder name) per layer; q/k/v are fused separately
-LAYER_NAMES = (("attention.output.dense", "attention.out"), ("attention.output.LayerNorm", "norm1"),
-               ("intermediate.dense", "ffn.up"), ("output.dense", "ffn.down"), ("output.LayerNorm", "norm2"))
 
 
 def _terms(hf: dict) -> set[str]:
@@ -98,14 +93,11 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     if cfg.disentangled_buckets:
         out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
         out["encoder.LayerNorm.weight"] = out["encoder.LayerNorm.bias"] = (f,)
+    linears = {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
+               "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
+               "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
     for i in range(cfg.num_layers):
-        p = f"encoder.layer.{i}."
-        for sub, (rows, cols) in {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
-                                  "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
-                                  "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}.items():
-            out[p + sub + ".weight"], out[p + sub + ".bias"] = (rows, cols), (rows,)
-        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
-            out[p + norm + ".weight"], out[p + norm + ".bias"] = (f,), (f,)
+        out.update(layer_shapes(f"encoder.layer.{i}.", linears, ("attention.output.LayerNorm", "output.LayerNorm"), f))
     return out
 
 
@@ -125,13 +117,8 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
         out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
     # DeBERTa divides by sqrt(D x (1 + the two position terms)); ortformer by sqrt(D)
     query_scale = 1 / math.sqrt(3) if cfg.disentangled_buckets else 1.0
-    for i in range(cfg.num_layers):
-        p, q = f"encoder.layer.{i}.", f"blocks.{i}."
-        for kind in ("weight", "bias"):
-            parts = [kept[p + f"attention.self.{part}_proj.{kind}"].to(torch.float32) for part in ("query", "key", "value")]
-            out[q + f"attention.qkv.{kind}"] = torch.cat([parts[0] * query_scale, *parts[1:]], dim=0)
-            for src, dst in LAYER_NAMES:
-                out[q + f"{dst}.{kind}"] = kept[p + f"{src}.{kind}"]
+    qkv = ("attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj")
+    out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, query_scale))
     return out, dropped
 
 

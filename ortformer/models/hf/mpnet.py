@@ -16,13 +16,11 @@ MPNet's layers are BERT's post-norm layers with other weight names (``attention.
 """
 from __future__ import annotations
 
-import torch
-
 from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS, split_dropped
+from .bert import ACTIVATIONS, layer_shapes, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
 BUCKETS, MAX_DISTANCE = 32, 128  # fixed in transformers' MPNetEncoder.compute_position_bias
@@ -58,14 +56,10 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
            "embeddings.position_embeddings.weight": (cfg.max_positions, f),
            "embeddings.LayerNorm.weight": (f,), "embeddings.LayerNorm.bias": (f,),
            "encoder.relative_attention_bias.weight": (BUCKETS, cfg.num_heads)}
+    linears = {"attention.attn.q": (f, f), "attention.attn.k": (f, f), "attention.attn.v": (f, f),
+               "attention.attn.o": (f, f), "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
     for i in range(cfg.num_layers):
-        p = f"encoder.layer.{i}."
-        for sub, (rows, cols) in {"attention.attn.q": (f, f), "attention.attn.k": (f, f), "attention.attn.v": (f, f),
-                                  "attention.attn.o": (f, f), "intermediate.dense": (ffn, f),
-                                  "output.dense": (f, ffn)}.items():
-            out[p + sub + ".weight"], out[p + sub + ".bias"] = (rows, cols), (rows,)
-        for norm in ("attention.LayerNorm", "output.LayerNorm"):
-            out[p + norm + ".weight"], out[p + norm + ".bias"] = (f,), (f,)
+        out.update(layer_shapes(f"encoder.layer.{i}.", linears, ("attention.LayerNorm", "output.LayerNorm"), f))
     return out
 
 
@@ -77,12 +71,8 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
            "positions.table.weight": kept["embeddings.position_embeddings.weight"],
            "norm.weight": kept["embeddings.LayerNorm.weight"], "norm.bias": kept["embeddings.LayerNorm.bias"],
            "relative.table.weight": kept["encoder.relative_attention_bias.weight"]}
-    for i in range(cfg.num_layers):
-        p, q = f"encoder.layer.{i}.", f"blocks.{i}."
-        for kind in ("weight", "bias"):
-            out[q + f"attention.qkv.{kind}"] = torch.cat([kept[p + f"attention.attn.{part}.{kind}"] for part in "qkv"], dim=0)
-            for src, dst in LAYER_NAMES:
-                out[q + f"{dst}.{kind}"] = kept[p + f"{src}.{kind}"]
+    out.update(post_norm_layers(kept, cfg.num_layers, ("attention.attn.q", "attention.attn.k", "attention.attn.v"),
+                                LAYER_NAMES))
     return out, dropped
 
 
