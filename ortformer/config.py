@@ -252,8 +252,10 @@ def _check_variants(cfg: EncoderConfig) -> None:
             raise ConfigError(f"disentangled_buckets={cfg.disentangled_buckets} needs >= 2 buckets and "
                               f"disentangled_max_distance > buckets // 2 + 1 (got {cfg.disentangled_max_distance}): "
                               "half the buckets are exact distances, the rest logarithmic up to the max distance")
-        for name in ("relative_attention_buckets", "local_window", "causal"):
-            if getattr(cfg, name):
+        for name, on in (("relative_attention_buckets", cfg.relative_attention_buckets),
+                         ("local_window", cfg.local_window), ("causal", cfg.causal),
+                         ("positions='rotary'", cfg.positions == "rotary")):
+            if on:
                 raise ConfigError(f"disentangled_buckets with {name} is not implemented: the disentangled "
                                   "attention brings its own relative positions over the whole sequence")
     if cfg.attention != "softmax":

@@ -32,7 +32,7 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
                 count: int = SENTENCES) -> dict:
     """{"sentences", "min_cosine", "median_cosine"} of sentence embeddings, session vs eager.
 
-    Cosine per sentence between (n, F) embeddings; max_length truncates as embed_texts does.
+    Cosine per sentence between (n, S) embeddings; max_length truncates as embed_texts does.
     """
     from ..text import TextEncoder, TruncationWarning
 

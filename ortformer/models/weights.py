@@ -155,15 +155,16 @@ def read_weights(path: Path) -> tuple[Tensors, dict[str, str], list[str]]:
 def find_weights(folder: Path, names: Iterable[str] = WEIGHT_NAMES, *, sharded: bool = False) -> Path:
     """The first of ``names`` in ``folder``; with ``sharded``, else the first ``NAME.index.json``."""
     names = tuple(names)
+    # name by name, the whole file before its shards: safetensors (sharded or not) before pickles
     for name in names:
         if (folder / name).is_file():
             return folder / name
-    index = next((folder / f"{n}{INDEX_SUFFIX}" for n in names if (folder / f"{n}{INDEX_SUFFIX}").is_file()), None)
-    if index is not None:
-        if sharded:
-            return index
-        raise CheckpointError(f"{folder} holds a sharded checkpoint ({index.name}); an ortformer checkpoint "
-                              "is a single weight file (Hugging Face folders may be sharded)")
+        index = folder / f"{name}{INDEX_SUFFIX}"
+        if index.is_file():
+            if sharded:
+                return index
+            raise CheckpointError(f"{folder} holds a sharded checkpoint ({index.name}); an ortformer checkpoint "
+                                  "is a single weight file")
     raise CheckpointError(f"{folder} has no weight file; looked for {', '.join(names)}")
 
 
@@ -186,6 +187,9 @@ def shard_names(index: Path) -> dict[str, list[str]]:
         if shard in ("", ".", "..") or Path(shard).name != shard or "\\" in shard:
             raise CheckpointError(f"{index}: shard {shard!r} (of {name}) is not a file name in {index.parent}; "
                                   "shards must lie beside the index")
+        if Path(shard).suffix not in (".safetensors", *PICKLE_SUFFIXES):
+            raise CheckpointError(f"{index}: shard {shard!r} (of {name}) is not a weight file; shards are "
+                                  f".safetensors or {'/'.join(PICKLE_SUFFIXES)} files")
         shards.setdefault(shard, []).append(name)
     return dict(sorted(shards.items()))  # by file name: the source digests do not depend on the map's order
 

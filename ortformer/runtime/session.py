@@ -190,7 +190,7 @@ class Runtime:
                     max_length: int | None = None, max_tokens: int | None = None, prompt_name: str | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
-        Returns what ``embed`` returns: (n, F) sentence embeddings when the model pools.
+        Returns what ``embed`` returns: (n, S) sentence embeddings when the model pools (S = config.sentence_size).
         max_length defaults to ``text_max_length``. prompt_name: one of ``prompts``, whose
         text is prepended to every input as sentence-transformers does; None uses
         ``default_prompt`` (if any), "" uses no prompt.

@@ -57,7 +57,8 @@ def test_mean_sentence_embedding_equals_sentence_transformers(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"num_hidden_groups": 0}, "num_hidden_groups=0 must be an int >= 1"),
+    ({"num_hidden_groups": 0}, "num_hidden_groups=0: sizes and counts must be ints >= 1"),
+    ({"num_hidden_layers": "12"}, "num_hidden_layers='12': sizes and counts"),
     ({"num_hidden_groups": 4}, "num_hidden_groups=4 exceeds num_hidden_layers=3"),
     ({"inner_group_num": 2}, r"missing \(16\): encoder.albert_layer_groups.0.albert_layers.1"),
     ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported"),

@@ -307,6 +307,7 @@ def test_sharded_folder_reads_every_shard(tmp_path):
     (lambda index, m: {**index, "weight_map": {**m, "x": "model-99999.safetensors"}},
      "weight file .*model-99999.safetensors does not exist"),
     (lambda index, m: {"weight_map": []}, "must hold a non-empty weight_map"),
+    (lambda index, m: {**index, "weight_map": {**m, "x": "model.safetensors.index.json"}}, "is not a weight file"),
 ])
 def test_bad_shard_indexes_are_refused(tmp_path, edit, message):
     folder, _ = _tiny_hf(tmp_path / "whole")
@@ -316,6 +317,31 @@ def test_bad_shard_indexes_are_refused(tmp_path, edit, message):
     path.write_text(json.dumps(edit(index, index["weight_map"])))
     with pytest.raises(CheckpointError, match=message):
         load_any(tmp_path / "s")
+
+
+def test_pickle_shards_and_safetensors_before_pickles(tmp_path):
+    from safetensors.torch import load_file
+
+    folder, reference = _tiny_hf(tmp_path / "whole")
+    model = transformers.BertModel.from_pretrained(str(folder)).eval()
+    model.save_pretrained(str(tmp_path / "s"), max_shard_size="20KB")
+    sharded = tmp_path / "s"
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    # the same shards as weights_only pickles, under the .bin index
+    renamed = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        torch.save(load_file(str(sharded / shard)), sharded / shard.replace(".safetensors", ".bin"))
+        renamed[shard] = shard.replace(".safetensors", ".bin")
+    (sharded / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"weight_map": {k: renamed[v] for k, v in index["weight_map"].items()}}))
+    assert load_any(sharded).weights.name == "model.safetensors.index.json"  # sharded safetensors first
+    torch.save(load_file(str(folder / "model.safetensors")), sharded / "pytorch_model.bin")
+    assert load_any(sharded).weights.name == "model.safetensors.index.json"  # ... even before a whole pickle
+    (sharded / "model.safetensors.index.json").unlink()
+    (sharded / "pytorch_model.bin").unlink()
+    loaded = load_any(sharded)
+    assert loaded.weights.name == "pytorch_model.bin.index.json"
+    assert _max_error(loaded.model, reference) <= MAX_ABS
 
 
 def test_ortformer_checkpoints_stay_single_files(tmp_path):

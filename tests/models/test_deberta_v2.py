@@ -55,6 +55,41 @@ def test_mean_sentence_embedding_equals_sentence_transformers(tmp_path):
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
+def test_without_relative_attention_the_scale_still_counts_the_terms(tmp_path):
+    # transformers divides q . k by sqrt(D (1 + #pos_att_type)) even with relative_attention off
+    config = tiny_config(relative_attention=False, position_biased_input=True, pos_att_type="p2c|c2p")
+    folder = save_hf(transformers.DebertaV2Model, config, tmp_path / "m", seed=5)
+    loaded = load_any(folder)
+    assert loaded.config.disentangled_buckets == 0 and loaded.config.positions == "learned"
+    assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
+
+
+def test_an_unused_position_table_is_dropped_as_transformers_ignores_it(saved, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = shutil.copytree(saved[0], tmp_path / "m")
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({**tensors, "embeddings.position_embeddings.weight": torch.zeros(64, 32)}, str(folder / "model.safetensors"))
+    loaded = load_any(folder)
+    assert "embeddings.position_embeddings.weight" in loaded.dropped
+    assert_matches_transformers(loaded, saved[1], None, pad_id=0)
+
+
+def test_log_buckets_equal_transformers():
+    import torch
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    from ortformer.models.layers import log_bucket
+
+    d = torch.arange(-1500, 1501)
+    for buckets, max_distance in ((2, 8), (3, 16), (8, 64), (16, 40), (256, 512), (257, 1024)):
+        want = make_log_bucket_position(d, buckets, max_distance).to(torch.int64)
+        assert torch.equal(log_bucket(d, buckets, max_distance), want), (buckets, max_distance)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"pos_att_type": ["c2p"]}, r"pos_att_type=\['c2p'\] is not supported"),
     ({"share_att_key": False}, "share_att_key=False is not supported"),
@@ -63,6 +98,9 @@ def test_mean_sentence_embedding_equals_sentence_transformers(tmp_path):
     ({"conv_kernel_size": 3}, "conv_kernel_size=3 is not supported"),
     ({"embedding_size": 16}, "embedding_size=16 != hidden_size=32"),
     ({"model_type": "deberta"}, "model_type 'deberta' is not supported"),
+    ({"pos_att_type": 5}, "pos_att_type=5 must be a list"),
+    ({"hidden_size": 30, "num_attention_heads": 4}, "attention_head_size=7 x 4 heads != hidden_size=30"),
+    ({"num_hidden_layers": "2"}, "num_hidden_layers='2': sizes and counts must be ints >= 1"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):

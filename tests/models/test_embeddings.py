@@ -147,6 +147,7 @@ def test_last_and_max_pooling_by_hand():
     (dict(disentangled_buckets=8, disentangled_max_distance=5), "disentangled_max_distance > buckets // 2 \\+ 1"),
     (dict(disentangled_buckets=8, attention="linear"), "needs attention='softmax'"),
     (dict(disentangled_buckets=8, relative_attention_buckets=32), "disentangled_buckets with relative_attention_buckets"),
+    (dict(disentangled_buckets=8, positions="rotary"), "disentangled_buckets with positions='rotary'"),
 ])
 def test_invalid_combinations_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):

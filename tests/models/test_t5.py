@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
+from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
@@ -33,7 +33,7 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
         "rmsnorm", "pre", False, "none")
     assert (cfg.relative_attention_buckets, cfg.relative_attention_max_distance, cfg.activation) == (16, 20, "relu")
     # sequences past max_distance, so the shared last bucket is exercised
-    assert max(c.sequence for c in __import__("hf_support").cases(cfg)) > 20
+    assert max(c.sequence for c in cases(cfg)) > 20
     assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
 
 
@@ -53,6 +53,32 @@ def test_gated_variants_and_full_seq2seq_folders(tmp_path, model_cls, model_type
                                       for n in loaded.dropped)
     reference = getattr(transformers, "MT5EncoderModel" if model_type == "mt5" else "T5EncoderModel")
     assert_matches_transformers(loaded, hf_reference(reference, folder), None, pad_id=0)
+
+
+@pytest.mark.parametrize("head", ["T5ForSequenceClassification", "T5ForQuestionAnswering"])
+def test_task_head_folders_import_their_encoder(tmp_path, head):
+    config = tiny_config(num_labels=3)
+    folder = save_hf(getattr(transformers, head), config, tmp_path / "m", seed=7)
+    loaded = load_any(folder)
+    assert loaded.dropped and all(n.startswith(("decoder.", "classification_head.", "qa_outputs.", "shared.",
+                                                "encoder.embed_tokens.")) for n in loaded.dropped)
+    assert_matches_transformers(loaded, hf_reference(transformers.T5EncoderModel, folder), None, pad_id=0)
+
+
+def test_mt5_without_feed_forward_proj_is_gated_gelu_as_transformers_reads_it(tmp_path):
+    import json
+
+    folder = save_hf(transformers.MT5EncoderModel, transformers.MT5Config(**{
+        k: v for k, v in tiny_config().to_dict().items()
+        if k not in ("is_gated_act", "dense_act_fn", "feed_forward_proj", "model_type")}),
+        tmp_path / "m", seed=8)
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("feed_forward_proj", "is_gated_act", "dense_act_fn"):
+        config.pop(key, None)
+    (folder / "config.json").write_text(json.dumps(config))
+    loaded = load_any(folder)
+    assert loaded.config.ffn_gated and loaded.config.activation == "gelu_tanh"
+    assert_matches_transformers(loaded, hf_reference(transformers.MT5EncoderModel, folder), None, pad_id=0)
 
 
 def test_sentence_t5_layout_equals_sentence_transformers(tmp_path):
@@ -88,6 +114,8 @@ def test_saved_dense_act_fn_and_is_gated_act_win_over_feed_forward_proj(saved, t
     ({"feed_forward_proj": "double-gelu"}, "feed_forward_proj='double-gelu' is not supported"),
     ({"model_type": "umt5"}, "model_type 'umt5' is not supported"),
     ({"dense_act_fn": "quick_gelu"}, "dense_act_fn='quick_gelu'"),
+    ({"dense_act_fn": ["relu"]}, r"dense_act_fn=\['relu'\]"),
+    ({"d_kv": None}, "d_kv=None: sizes and counts must be ints >= 1"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):

@@ -18,7 +18,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import bert_fields, bert_layout_shapes, check_bert_layout, split_dropped, to_ortformer
-from .folder import HF_DTYPES, import_folder, make_config, read_json, transformer_dir
+from .folder import HF_DTYPES, import_folder, make_config, read_json, require, transformer_dir
 
 # AlbertConfig's defaults, for config.json files that leave them out
 DEFAULTS = {"embedding_size": 128, "hidden_act": "gelu_new", "type_vocab_size": 2, "layer_norm_eps": 1e-12,
@@ -34,11 +34,8 @@ LAYER_NAMES = {"attention.query": "attention.self.query", "attention.key": "atte
 
 def _settings(hf: dict) -> dict:
     hf = {**DEFAULTS, **hf}
-    for key in ("num_hidden_groups", "inner_group_num"):
-        value = hf[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CheckpointError(f"ALBERT config.json {key}={value!r} must be an int >= 1")
-    if hf["num_hidden_groups"] > hf.get("num_hidden_layers", 1):
+    require(hf, "ALBERT", ("num_hidden_layers", "num_hidden_groups", "inner_group_num"))
+    if hf["num_hidden_groups"] > hf["num_hidden_layers"]:
         raise CheckpointError(f"ALBERT config.json num_hidden_groups={hf['num_hidden_groups']} exceeds "
                               f"num_hidden_layers={hf.get('num_hidden_layers')}: some groups would never run")
     return hf

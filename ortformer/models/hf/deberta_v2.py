@@ -9,7 +9,8 @@ query and key Linears (share_att_key), and I_ij = clamp(bucket(i - j) + S, 0, 2S
 log buckets of position_buckets = S up to max_relative_positions. That is EncoderConfig's
 disentangled_buckets / disentangled_max_distance, whose scores divide by sqrt(D): storing
 W_Q and b_Q divided by sqrt(3) scales every term by the same 1/sqrt(3) (q and pq each
-appear once per term), which is exact up to rounding. Absolute positions are added only
+appear once per term), which is exact up to rounding. (Without relative attention
+transformers still divides by sqrt(D (1 + #pos_att_type terms)); the fold follows it.) Absolute positions are added only
 with position_biased_input (v2); v3 has none.
 
 Refused: other pos_att_type sets, share_att_key=false, a relative table without its
@@ -19,13 +20,14 @@ projection) and attention_head_size != hidden / heads.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
-from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
 
 WHAT = "DeBERTa-v2 "
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
@@ -35,17 +37,28 @@ TERMS = {"c2p", "p2c"}
 
 
 def _terms(hf: dict) -> set[str]:
+    """pos_att_type as a set: a "p2c|c2p" string or a list; CheckpointError for anything else."""
     kind = hf.get("pos_att_type") or []
     kind = kind.lower().split("|") if isinstance(kind, str) else kind
+    if not isinstance(kind, list):
+        raise CheckpointError(f"{WHAT}config.json pos_att_type={hf.get('pos_att_type')!r} must be a list or a "
+                              "\"p2c|c2p\" string")
     return {str(t).strip() for t in kind}
+
+
+def query_scale(hf: dict) -> float:
+    """1 / sqrt(1 + the position terms): DeBERTa divides q . k by sqrt(D (1 + #terms)) whether or not
+    relative attention is on, ortformer by sqrt(D)."""
+    return 1 / math.sqrt(1 + len(_terms(hf) & TERMS))
 
 
 def deberta_config(hf: dict, common: dict) -> EncoderConfig:
     require(hf, "DeBERTa-v2", REQUIRED)
     refuse(hf, "hidden_act", tuple(ACTIVATIONS), "gelu", WHAT)
     f, heads = hf["hidden_size"], hf["num_attention_heads"]
-    if hf.get("attention_head_size", f // max(heads, 1)) * heads != f:
-        raise CheckpointError(f"{WHAT}config.json attention_head_size={hf['attention_head_size']} x {heads} heads "
+    head_size = hf.get("attention_head_size", f // heads)
+    if head_size * heads != f:
+        raise CheckpointError(f"{WHAT}config.json attention_head_size={head_size} x {heads} heads "
                               f"!= hidden_size={f} is not supported; ortformer's heads split the width")
     if hf.get("embedding_size", f) != f:
         raise CheckpointError(f"{WHAT}config.json embedding_size={hf['embedding_size']} != hidden_size={f} is not "
@@ -101,9 +114,18 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
-    """Check a DeBERTa-v2 state dict and rename it: q/k/v fused, W_Q and b_Q divided by sqrt(3)."""
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: float) -> tuple[Tensors, list[str]]:
+    """Check a DeBERTa-v2 state dict and rename it: q/k/v fused, W_Q and b_Q times ``scale``
+    (query_scale: 1/sqrt(3) with both position terms)."""
     kept, dropped = split_dropped(raw, "deberta.", DROPPED_PREFIXES)
+    # tensors transformers builds or keeps but never uses: a position table without
+    # position_biased_input, the relative table's LayerNorm without relative attention
+    unused = [] if cfg.positions == "learned" else ["embeddings.position_embeddings.weight"]
+    if not cfg.disentangled_buckets:
+        unused += ["encoder.LayerNorm.weight", "encoder.LayerNorm.bias"]
+    for name in unused:
+        if kept.pop(name, None) is not None:
+            dropped = sorted([*dropped, name])
     check_tensors(kept, shapes(cfg), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
     out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],
            "norm.weight": kept["embeddings.LayerNorm.weight"], "norm.bias": kept["embeddings.LayerNorm.bias"]}
@@ -115,14 +137,15 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
         out["disentangled.table.weight"] = kept["encoder.rel_embeddings.weight"]
         out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
         out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
-    # DeBERTa divides by sqrt(D x (1 + the two position terms)); ortformer by sqrt(D)
-    query_scale = 1 / math.sqrt(3) if cfg.disentangled_buckets else 1.0
     qkv = ("attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj")
-    out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, query_scale))
+    out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, scale))
     return out, dropped
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a DeBERTa-v2 / v3 folder as an ortformer Encoder."""
-    return import_folder(folder, family="deberta-v2", build=deberta_config, map_weights=map_weights,
+    # the score scale is not an EncoderConfig field: the mapping folds it into W_Q, read from config.json here
+    scale = query_scale(read_json(transformer_dir(Path(folder)) / "config.json"))
+    return import_folder(folder, family="deberta-v2", build=deberta_config,
+                         map_weights=lambda raw, cfg, what, dup: map_weights(raw, cfg, what, dup, scale),
                          pooling=pooling, normalize=normalize, name=name)

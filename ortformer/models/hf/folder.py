@@ -181,13 +181,13 @@ def dense_tensors(head: DenseHead, hidden_size: int) -> tuple[Tensors, Path]:
     if head.in_features != hidden_size:
         raise CheckpointError(f"{head.folder / 'config.json'}: in_features={head.in_features} must equal the "
                               f"encoder's hidden_size {hidden_size}: the Dense module maps the pooled vector")
-    weights = find_weights(head.folder, HF_WEIGHT_NAMES)
+    weights = find_weights(head.folder, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
     unknown = sorted(set(raw) - set(ST_DENSE_WEIGHTS))
     if unknown:
         raise CheckpointError(f"{weights}: holds {unknown}; a Dense module holds {', '.join(ST_DENSE_WEIGHTS)}")
     if duplicates:
-        raise CheckpointError(f"{weights}: tensors {duplicates} share storage; a Dense module's weights are distinct")
+        raise CheckpointError(f"{weights}: names tensors {sorted(set(duplicates))} more than once")
     return {ST_DENSE_WEIGHTS[k]: v for k, v in raw.items()}, weights
 
 
@@ -290,9 +290,13 @@ def make_config(what: str, **fields) -> EncoderConfig:
 
 
 def require(hf: dict, what: str, keys: tuple[str, ...]) -> None:
+    """CheckpointError unless config.json holds every key of ``keys`` as an int >= 1 (sizes, counts)."""
     missing = [key for key in keys if key not in hf]
     if missing:
         raise CheckpointError(f"{what} config.json lacks {', '.join(missing)}")
+    bad = [f"{key}={hf[key]!r}" for key in keys if isinstance(hf[key], bool) or not isinstance(hf[key], int) or hf[key] < 1]
+    if bad:
+        raise CheckpointError(f"{what} config.json {', '.join(bad)}: sizes and counts must be ints >= 1")
 
 
 def refuse(hf: dict, key: str, supported: tuple, default=None, what: str = "") -> None:

@@ -16,9 +16,10 @@ differences are folded into the weights instead of the config:
   multiplied by sqrt(D) (exact for the power-of-two head sizes T5 uses);
 - a gated FFN's up projection is ortformer's rows [a; g] = [wi_0; wi_1].
 
-The decoder and LM head of T5Model / T5ForConditionalGeneration folders are set aside by
-name. Refused: a head size d_kv with d_kv * num_heads != d_model (t5-3b/11b), other
-activations, and UMT5 (a relative bias per layer).
+The decoder, LM head and task heads of T5Model / T5ForConditionalGeneration /
+T5For*Classification / T5ForQuestionAnswering folders are set aside by name. Refused: a
+head size d_kv with d_kv * num_heads != d_model (t5-3b/11b; the small v1.1, flan-t5 and
+mT5 sizes: 6 heads of 64 in 512), other activations, and UMT5 (a relative bias per layer).
 """
 from __future__ import annotations
 
@@ -37,7 +38,11 @@ MODEL_TYPES = ("t5", "mt5")
 # "gated-gelu" into gelu_new, the tanh approximation
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "silu": "silu", "swish": "silu"}
-DROPPED_PREFIXES = ("decoder.", "lm_head.")
+DROPPED_PREFIXES = ("decoder.", "lm_head.", "classification_head.", "classifier.", "qa_outputs.")
+# T5For{Sequence,Token}Classification keep the base model under this prefix
+BASE_PREFIX = "transformer."
+# transformers' default feed_forward_proj per model_type, for config.json files that leave it out
+DEFAULT_FEED_FORWARD = {"t5": "relu", "mt5": "gated-gelu"}
 REQUIRED = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads")
 # T5 has no position table: this is only the runtime's length limit when config.json names none
 DEFAULT_MAX_POSITIONS = 512
@@ -47,14 +52,14 @@ def feed_forward(hf: dict) -> tuple[str, bool]:
     """(ortformer activation, gated) as T5Config decides them: parsed from feed_forward_proj
     ("ACT" or "gated-ACT"; "gated-gelu" means gelu_new), unless config.json also holds
     ``dense_act_fn`` / ``is_gated_act`` (written by newer transformers), which then win."""
-    proj = hf.get("feed_forward_proj", "relu")
+    proj = hf.get("feed_forward_proj", DEFAULT_FEED_FORWARD.get(hf.get("model_type"), "relu"))
     parts = proj.split("-") if isinstance(proj, str) else []
     if len(parts) not in (1, 2) or (len(parts) == 2 and parts[0] != "gated"):
         raise CheckpointError(f"T5 config.json feed_forward_proj={proj!r} is not supported; ortformer implements "
                               f"ACT or gated-ACT with ACT one of {', '.join(ACTIVATIONS)}")
     act = hf.get("dense_act_fn", "gelu_new" if proj == "gated-gelu" else parts[-1])
     gated = hf.get("is_gated_act", len(parts) == 2)
-    if act not in ACTIVATIONS or not isinstance(gated, bool):
+    if not isinstance(act, str) or act not in ACTIVATIONS or not isinstance(gated, bool):
         raise CheckpointError(f"T5 config.json feed_forward_proj={proj!r} (dense_act_fn={act!r}, is_gated_act="
                               f"{gated!r}) is not supported; ortformer implements ACT or gated-ACT with ACT one of "
                               f"{', '.join(ACTIVATIONS)}")
@@ -99,6 +104,7 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
     """Check a T5 encoder state dict and rename it (W_Q scaled by sqrt(D), q/k/v fused)."""
+    raw = {name.removeprefix(BASE_PREFIX): tensor for name, tensor in raw.items()}
     # the token table is "shared.weight", tied to "encoder.embed_tokens.weight"; a file keeps one or both
     table = "encoder.embed_tokens.weight" if "encoder.embed_tokens.weight" in raw else "shared.weight"
     kept = {n: t for n, t in raw.items() if not n.startswith(DROPPED_PREFIXES) and n not in (
