@@ -48,6 +48,9 @@ class EncoderConfig:
     hidden_size: int = 256
     # heads H; each head works in D = hidden_size / num_heads dimensions
     num_heads: int = 4
+    # D when it is not hidden_size / num_heads (0): attention then works in A = H x D
+    # dimensions, Q/K/V project F -> A and the output A -> F (T5's d_kv, e.g. flan-t5-small)
+    attention_head_size: int = 0
     # number of stacked encoder blocks L
     num_layers: int = 4
     # inner width of the feed-forward network (BERT uses 4F)
@@ -138,10 +141,13 @@ class EncoderConfig:
         for name in ("vocab_size", "type_vocab_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0 (0 disables it)")
-        if self.hidden_size % self.num_heads:
+        if self.attention_head_size < 0:
+            raise ConfigError(f"attention_head_size={self.attention_head_size} must be >= 0 (0 = hidden_size / num_heads)")
+        if self.hidden_size % self.num_heads and not self.attention_head_size:
             raise ConfigError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
-                f"valid num_heads divide {self.hidden_size}, e.g. {_divisors(self.hidden_size)}"
+                f"valid num_heads divide {self.hidden_size}, e.g. {_divisors(self.hidden_size)} "
+                "(or set attention_head_size)"
             )
         if self.positions == "sinusoidal" and self.hidden_size % 2:
             raise ConfigError(f"positions='sinusoidal' needs an even hidden_size, got {self.hidden_size}")
@@ -157,7 +163,13 @@ class EncoderConfig:
 
     @property
     def head_size(self) -> int:
-        return self.hidden_size // self.num_heads
+        """D: attention_head_size, or hidden_size / num_heads when that is 0."""
+        return self.attention_head_size or self.hidden_size // self.num_heads
+
+    @property
+    def attention_size(self) -> int:
+        """A = H x D, the width of Q, K, V and the heads' output."""
+        return self.num_heads * self.head_size
 
     @property
     def max_sequence(self) -> int:

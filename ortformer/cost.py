@@ -2,7 +2,8 @@
 
 Counts follow the matrix view of the encoder, F = hidden_size, N = sequence length,
 D = head size, L = layers:
-- attention projections W_Q, W_K, W_V, W_O: 4F^2 weights + 4F biases per layer
+- attention projections W_Q, W_K, W_V (F -> A) and W_O (A -> F): 4 F A weights + 3A + F biases
+  per layer, A = H x D (= F unless attention_head_size is set)
 - feed-forward: 2 F ffn_size weights + ffn_size + F biases per layer; a gated FFN's
   up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
 - bias=False: no Linear biases, and LayerNorm keeps only its weight
@@ -42,8 +43,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "position_embeddings": positions,
         "type_embeddings": cfg.type_vocab_size * E,
         "embedding_projection": (E * F + (F if cfg.bias else 0)) if cfg.embedding_size else 0,
-        "attention_weights": L * 4 * F * F,
-        "attention_biases": L * 4 * F if cfg.bias else 0,
+        "attention_weights": L * 4 * F * cfg.attention_size,
+        "attention_biases": L * (3 * cfg.attention_size + F) if cfg.bias else 0,
         "ffn_weights": L * (F * up + cfg.ffn_size * F),
         "ffn_biases": L * (up + F) if cfg.bias else 0,
         # MPNet-style relative position bias: one (buckets, H) table shared by all layers
@@ -63,19 +64,19 @@ def parameter_count(cfg: EncoderConfig) -> int:
 def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     """Forward FLOPs for one sequence of n tokens, per part.
 
-    attention_core is QK^T and AV for softmax: 4 N^2 F per layer (O(N^2));
-    for the linear family, K^T V and Q (K^T V): 4 N F D per layer (O(N)).
+    attention_core is QK^T and AV for softmax: 4 N^2 A per layer (O(N^2));
+    for the linear family, K^T V and Q (K^T V): 4 N A D per layer (O(N)).
     """
-    F, L, D = cfg.hidden_size, cfg.num_layers, cfg.head_size
-    core = 4 * n * n * F if cfg.attention == "softmax" else 4 * n * F * D
+    F, L, D, A = cfg.hidden_size, cfg.num_layers, cfg.head_size, cfg.attention_size
+    core = 4 * n * n * A if cfg.attention == "softmax" else 4 * n * A * D
     flops = {
-        "projections": L * 8 * n * F * F,
+        "projections": L * 8 * n * F * A,
         "attention_core": L * core,
         "ffn": L * (6 if cfg.ffn_gated else 4) * n * F * cfg.ffn_size,
     }
     if cfg.disentangled_buckets:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
         s = cfg.disentangled_buckets
-        flops["disentangled_positions"] = L * (8 * s * F * F + 8 * n * s * F)
+        flops["disentangled_positions"] = L * (8 * s * F * A + 8 * n * s * A)
     return flops
 
 

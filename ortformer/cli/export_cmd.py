@@ -29,7 +29,7 @@ FLAG_FIELDS = {
     "rotary_theta_local": "rotary_theta_local", "local_window": "local_window", "global_every": "global_every",
     "causal": "causal", "sentence_dense": "sentence_dense_size",
     "sentence_dense_activation": "sentence_dense_activation", "disentangled_buckets": "disentangled_buckets",
-    "disentangled_max_distance": "disentangled_max_distance",
+    "disentangled_max_distance": "disentangled_max_distance", "attention_head_size": "attention_head_size",
 }
 
 
@@ -130,6 +130,8 @@ def architecture_options(func):
                      help="MPNet/T5 relative position bias with this many buckets (e.g. 32); 0 = off. Softmax only."),
         click.option("--relative-max-distance", type=click.IntRange(min=1),
                      help="Distance where relative buckets stop growing (default 128)."),
+        click.option("--attention-head-size", type=click.IntRange(min=0),
+                     help="Head size D when heads need not split --hidden (attention works in heads x D); 0 = hidden / heads."),
         click.option("--disentangled-buckets", type=click.IntRange(min=0),
                      help="DeBERTa's disentangled relative attention with this many log buckets (e.g. 256); 0 = off. "
                           "Softmax only."),

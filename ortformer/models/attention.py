@@ -243,7 +243,7 @@ class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
     def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True,
-                 causal: bool = False):
+                 causal: bool = False, head_size: int | None = None):
         super().__init__()
         self.num_heads = num_heads
         self.eps = eps
@@ -254,18 +254,22 @@ class MultiHeadAttention(nn.Module):
         # the exporter turns this off for graphs that must use standard ONNX ops only.
         # causal softmax runs unfused, through an additive triangular bias
         self.fused = kernel == "softmax" and not causal
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
-        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        # A = H x D, the width attention works in: hidden_size unless head_size says otherwise (T5's d_kv)
+        self.inner = num_heads * head_size if head_size else hidden_size
+        self.qkv = nn.Linear(hidden_size, 3 * self.inner, bias=bias)
+        self.out = nn.Linear(self.inner, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
                 disentangled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x (B, N, F), key_mask bool (B, N); scores_bias (1|B, 1|H, N, N), softmax only;
         rotary (cos, sin), each (N, D); disentangled (R (2S, F), I (N, N)) from
-        layers.DisentangledPositions, softmax only (its bias replaces scores_bias)."""
-        b, n, f = x.shape
+        layers.DisentangledPositions, softmax only (its bias replaces scores_bias).
+        Returns (B, N, F); q, k, v and the heads' output are A = H x D wide."""
+        b, n, _ = x.shape
+        f = self.inner
         if disentangled is not None:
-            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
+            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, A)
             scores_bias = self.disentangled_bias(q, k, *disentangled)  # (B, H, N, N)
             if self.fused:
                 out = biased_softmax_attention(q, k, v, key_mask.to(torch.int32), scores_bias, self.num_heads)
@@ -274,7 +278,7 @@ class MultiHeadAttention(nn.Module):
             heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias)
             return self.out(heads.transpose(1, 2).reshape(b, n, f))
         if self.fused:
-            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, F)
+            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, A)
             if rotary is not None:  # onnxruntime's RotaryEmbedding before the fused attention
                 cos, sin = rotary[0].to(q.dtype), rotary[1].to(q.dtype)
                 q, k = rotary_heads(q, cos, sin, self.num_heads), rotary_heads(k, cos, sin, self.num_heads)
@@ -304,7 +308,7 @@ class MultiHeadAttention(nn.Module):
         """(c2p + p2c) / sqrt(D), (B, H, N, N), from q, k (B, N, F), the relative table R (2S, F)
         and I (N, N): c2p[i, j] = q_i . (W_K R + b_K)[I_ij], p2c[i, j] = k_j . (W_Q R + b_Q)[I_ij],
         per head. R goes through this layer's own Q and K projections (DeBERTa's share_att_key)."""
-        b, n, f = q.shape
+        b, n, f = q.shape  # f = A
         h = self.num_heads
         bias = self.qkv.bias[: 2 * f] if self.qkv.bias is not None else None
         positions = F.linear(table.to(q.dtype), self.qkv.weight[: 2 * f], bias)  # (2S, 2F): [W_Q R | W_K R]

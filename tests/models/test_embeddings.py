@@ -34,6 +34,8 @@ VARIANTS = [
     dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
     dict(sentence_dense_size=8, sentence_dense_activation="tanh", pooling="mean", normalize_embeddings=True),
     dict(disentangled_buckets=8, disentangled_max_distance=20, positions="none", pooling="max"),
+    dict(attention_head_size=12, pooling="mean"),
+    dict(attention_head_size=6, num_heads=3, attention="cosine", hidden_size=30, positions="none"),
 ]
 IDS = ["-".join(f"{k}={v}" for k, v in c.items()) for c in VARIANTS]
 
@@ -129,6 +131,15 @@ def test_disentangled_buckets_follow_debertas_formula():
     assert index[5, 0] == 8 + 5 and index[0, 5] == 8 - 5 and (index.diagonal() == 8).all()
 
 
+def test_attention_head_size_sets_the_attention_width():
+    cfg = preset("tiny", attention_head_size=12)  # 4 heads of 12: A = 48 in a 32-wide model
+    model = build_encoder(cfg, seed=1)
+    assert cfg.attention_size == 48 and model.blocks[0].attention.qkv.weight.shape == (144, 32)
+    assert model.blocks[0].attention.out.weight.shape == (32, 48)
+    with pytest.raises(ConfigError, match="or set attention_head_size"):
+        preset("tiny", hidden_size=30)
+
+
 def test_last_and_max_pooling_by_hand():
     from ortformer.models.encoder import pool
 
@@ -154,7 +165,7 @@ def test_invalid_combinations_are_refused(overrides, message):
         preset("tiny", **overrides)
 
 
-@pytest.mark.parametrize("overrides", VARIANTS[:5] + VARIANTS[-2:], ids=IDS[:5] + IDS[-2:])
+@pytest.mark.parametrize("overrides", VARIANTS[:5] + VARIANTS[-4:], ids=IDS[:5] + IDS[-4:])
 def test_export_passes_the_gate(overrides, tmp_path):
     cfg = preset("tiny", **overrides)
     result = export(cfg, tmp_path / "m.onnx", seed=2)

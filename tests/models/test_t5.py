@@ -101,6 +101,15 @@ def test_sentence_t5_layout_equals_sentence_transformers(tmp_path):
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(tmp_path / "st", TEXTS))
 
 
+def test_heads_that_do_not_split_d_model(tmp_path):
+    # flan-t5-small / mt5-small shape: 6 heads of 64 in 512, here 3 heads of 16 in 32 (A = 48)
+    folder = save_hf(transformers.T5EncoderModel, tiny_config(d_kv=16, num_heads=3, feed_forward_proj="gated-gelu"),
+                     tmp_path / "m", seed=9)
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    assert (loaded.config.attention_head_size, loaded.config.attention_size) == (16, 48)
+    assert assert_matches_transformers(loaded, hf_reference(transformers.T5EncoderModel, folder), path, pad_id=0) >= 12
+
+
 def test_saved_dense_act_fn_and_is_gated_act_win_over_feed_forward_proj(saved, tmp_path):
     # transformers builds from these keys when config.json holds them, whatever feed_forward_proj says
     folder = with_config(saved[0], tmp_path / "m", {"feed_forward_proj": "gated-gelu", "is_gated_act": False,
@@ -109,7 +118,6 @@ def test_saved_dense_act_fn_and_is_gated_act_win_over_feed_forward_proj(saved, t
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"d_kv": 16}, "d_kv=16 x num_heads=4 != d_model=32 is not supported"),
     ({"feed_forward_proj": "gated-gelu-tanh"}, "feed_forward_proj='gated-gelu-tanh' is not supported"),
     ({"feed_forward_proj": "double-gelu"}, "feed_forward_proj='double-gelu' is not supported"),
     ({"model_type": "umt5"}, "model_type 'umt5' is not supported"),

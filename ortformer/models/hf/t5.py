@@ -17,9 +17,10 @@ differences are folded into the weights instead of the config:
 - a gated FFN's up projection is ortformer's rows [a; g] = [wi_0; wi_1].
 
 The decoder, LM head and task heads of T5Model / T5ForConditionalGeneration /
-T5For*Classification / T5ForQuestionAnswering folders are set aside by name. Refused: a
-head size d_kv with d_kv * num_heads != d_model (t5-3b/11b; the small v1.1, flan-t5 and
-mT5 sizes: 6 heads of 64 in 512), other activations, and UMT5 (a relative bias per layer).
+T5For*Classification / T5ForQuestionAnswering folders are set aside by name. Heads of d_kv
+that do not split d_model (t5-3b/11b; the small v1.1, flan-t5 and mT5 sizes: 6 heads of 64
+in 512) set attention_head_size. Refused: other activations, and UMT5 (a relative bias per
+layer).
 """
 from __future__ import annotations
 
@@ -71,12 +72,11 @@ def t5_config(hf: dict, common: dict) -> EncoderConfig:
         from ..loading import unsupported_model_type
         raise unsupported_model_type(hf.get("model_type"))
     require(hf, "T5", REQUIRED)
-    if hf["d_kv"] * hf["num_heads"] != hf["d_model"]:
-        raise CheckpointError(f"T5 config.json d_kv={hf['d_kv']} x num_heads={hf['num_heads']} != d_model={hf['d_model']} "
-                              "is not supported; ortformer's heads split the model width (d_kv = d_model / num_heads)")
     activation, gated = feed_forward(hf)
     return make_config(
         "T5", vocab_size=hf["vocab_size"], hidden_size=hf["d_model"], num_heads=hf["num_heads"],
+        # heads of d_kv need not split d_model (flan-t5-small: 6 x 64 in 512)
+        attention_head_size=0 if hf["d_kv"] * hf["num_heads"] == hf["d_model"] else hf["d_kv"],
         num_layers=hf["num_layers"], ffn_size=hf["d_ff"], ffn_gated=gated, bias=False, attention="softmax",
         norm="rmsnorm", norm_position="pre", activation=activation, positions="none",
         max_positions=hf.get("n_positions") or DEFAULT_MAX_POSITIONS, type_vocab_size=0,
@@ -91,10 +91,12 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     out = {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight":
            (cfg.relative_attention_buckets, cfg.num_heads), "encoder.final_layer_norm.weight": (f,)}
     up = ("wi_0", "wi_1") if cfg.ffn_gated else ("wi",)
+    a = cfg.attention_size
     for i in range(cfg.num_layers):
         p = f"encoder.block.{i}.layer."
-        for part in "qkvo":
-            out[f"{p}0.SelfAttention.{part}.weight"] = (f, f)
+        for part in "qkv":
+            out[f"{p}0.SelfAttention.{part}.weight"] = (a, f)
+        out[f"{p}0.SelfAttention.o.weight"] = (f, a)
         for part in up:
             out[f"{p}1.DenseReluDense.{part}.weight"] = (ffn, f)
         out[f"{p}1.DenseReluDense.wo.weight"] = (f, ffn)
