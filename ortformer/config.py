@@ -260,7 +260,10 @@ def _check_variants(cfg: EncoderConfig) -> None:
             raise ConfigError(f"relative_attention_max_distance={cfg.relative_attention_max_distance} must exceed the "
                               f"{exact} exact distances of relative_attention_buckets={cfg.relative_attention_buckets}")
     if cfg.disentangled_buckets:
-        if cfg.disentangled_buckets < 2 or cfg.disentangled_max_distance <= cfg.disentangled_buckets // 2 + 1:
+        # the logarithmic buckets need max_distance > mid + 1; a model whose distances all stay
+        # below mid = buckets // 2 only ever uses the exact ones
+        log_needed = cfg.max_positions - 1 > cfg.disentangled_buckets // 2
+        if cfg.disentangled_buckets < 2 or (log_needed and cfg.disentangled_max_distance <= cfg.disentangled_buckets // 2 + 1):
             raise ConfigError(f"disentangled_buckets={cfg.disentangled_buckets} needs >= 2 buckets and "
                               f"disentangled_max_distance > buckets // 2 + 1 (got {cfg.disentangled_max_distance}): "
                               "half the buckets are exact distances, the rest logarithmic up to the max distance")

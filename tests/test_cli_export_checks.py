@@ -147,3 +147,19 @@ def test_check_against_a_copied_folder_compares_the_model_not_its_name(tmp_path)
     torch.manual_seed(1)
     transformers.BertModel(config).eval().save_pretrained(str(other))
     assert "parity" in fail("check", model, "--against", other)
+
+
+def test_export_from_a_folder_lists_the_tensors_it_drops(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    folder = tmp_path / "t5"
+    config = transformers.T5Config(vocab_size=50, d_model=16, d_kv=4, d_ff=24, num_layers=1, num_decoder_layers=1,
+                                   num_heads=4)
+    torch.manual_seed(0)
+    transformers.T5ForConditionalGeneration(config).eval().save_pretrained(str(folder))
+    out = invoke("export", "--from", folder, "-o", tmp_path / "t5.onnx", "--no-parity").stdout
+    assert "dropped:" in out and "decoder.* (" in out
+    report = json.loads(invoke("export", "--from", folder, "-o", tmp_path / "t5.onnx", "--no-parity", "--force",
+                               "--json").stdout)
+    assert report["dropped"] and all(n.startswith(("decoder.", "lm_head.")) for n in report["dropped"])

@@ -86,6 +86,15 @@ def _shape_text(shapes: dict) -> str:
 
 
 
+def _name_groups(names) -> str:
+    """'decoder.* (30), lm_head.weight': names grouped by their first part."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.split(".", 1)[0], []).append(name)
+    return ", ".join(f"{head}.* ({len(members)})" if len(members) > 1 else members[0]
+                     for head, members in groups.items())
+
+
 def architecture_options(func):
     """The explicit-architecture flags shared by commands that build a model."""
     options = [
@@ -226,7 +235,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     from ..exporter import DEFAULT_OPSET, export, export_steps
 
     source = text_max_length = family = default_prompt = None
-    prompts = {}
+    prompts, dropped = {}, ()
     subject = cfg
     if from_path:
         from ..models import load_any
@@ -237,6 +246,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
             family, prompts, default_prompt = loaded.family, loaded.prompts, loaded.default_prompt
         tokenizer = tokenizer or loaded.tokenizer
         cfg = loaded.model.config
+        dropped = loaded.dropped
 
     steps = iter(range(1, 100))
     total = len(export_steps(quantize=quantize, parity=not no_parity))
@@ -263,6 +273,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
         "parameters": result.parameters, "seconds": round(result.seconds, 2), "source": result.source,
         "inputs": written["inputs"], "outputs": written["outputs"],
         "config": cfg.to_dict(), "parity": result.report,
+        "dropped": list(dropped),  # imported tensors an encoder does not use (task heads, decoders)
     }
     if as_json:
         echo_json(summary)
@@ -272,6 +283,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     click.echo(f"  inputs:  {_shape_text(contract.input_shapes(cfg))}")
     click.echo(f"  outputs: {_shape_text(contract.output_shapes(cfg))}")
     click.echo(f"  files:   {', '.join(Path(f).name for f in summary['files'])}")
+    if dropped:
+        click.echo(f"  dropped: {len(dropped)} tensor(s) an encoder does not use: {_name_groups(dropped)}")
     parity_text = "skipped (--no-parity)" if result.report.get("skipped") else format_report(result.report)
     click.echo(f"  parity:  {parity_text}")
     click.echo(f"  time:    {result.seconds:.1f} s")

@@ -53,6 +53,14 @@ def test_mean_sentence_embedding_equals_sentence_transformers(tmp_path):
                                         pooling="mean", normalize=True)
 
 
+def test_more_buckets_than_positions_uses_exact_buckets_only(tmp_path):
+    # 256 buckets (mid 128) over 64 positions: every distance is exact, the log part never runs
+    folder = save_hf(transformers.DebertaV2Model, tiny_config(position_buckets=256), tmp_path / "m", seed=3)
+    loaded = load_any(folder)
+    assert (loaded.config.disentangled_buckets, loaded.config.disentangled_max_distance) == (256, 64)
+    assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
+
+
 def test_without_relative_attention_the_scale_still_counts_the_terms(tmp_path):
     # transformers divides q . k by sqrt(D (1 + #pos_att_type)) even with relative_attention off
     config = tiny_config(relative_attention=False, position_biased_input=True, pos_att_type="p2c|c2p")

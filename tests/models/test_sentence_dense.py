@@ -74,6 +74,16 @@ def test_other_dense_layouts(tmp_path, pooling, activation, bias, normalize):
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
+def test_truncation_follows_sentence_transformers_without_sentence_bert_config(labse_like, tmp_path):
+    # sentence-transformers >= 6 keeps max_seq_length as the tokenizer's model_max_length only
+    texts = ["word " * 80, "short"]
+    assert not (labse_like / "sentence_bert_config.json").exists() or "max_seq_length" not in json.loads(
+        (labse_like / "sentence_bert_config.json").read_text())
+    loaded, path = load_and_export(labse_like, tmp_path / "m.onnx", text=True)
+    assert loaded.text_max_length == 48
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(labse_like, texts))
+
+
 def test_int8_export_keeps_the_dense_width(labse_like, tmp_path):
     _, path = load_and_export(labse_like, tmp_path / "m8.onnx", text=True, quantize="int8")
     got = Runtime(path, "cpu").embed_texts(TEXTS)

@@ -133,11 +133,26 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             pooling = _pooling_mode(read_json(_module_dir(folder, module) / "config.json"))
         elif kind == "Dense":
             dense = _dense_head(_module_dir(folder, module))
-    st_config = folder / "sentence_bert_config.json"
-    max_len = read_json(st_config).get("max_seq_length") if st_config.is_file() else None
+    return SentenceConfig(pooling, "Normalize" in kinds, _max_seq_length(folder), prompts, default, dense)
+
+
+def _max_seq_length(folder: Path) -> int | None:
+    """Where sentence-transformers truncates: max_seq_length of the Transformer module's
+    sentence_bert_config.json; without one (sentence-transformers >= 6 saves none), the
+    tokenizer_config.json's model_max_length, as its Transformer module then reads it."""
+    module = transformer_dir(folder)
+    st_config = next((d / "sentence_bert_config.json" for d in (module, folder)
+                      if (d / "sentence_bert_config.json").is_file()), None)
+    max_len = read_json(st_config).get("max_seq_length") if st_config else None
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise CheckpointError(f"{st_config}: max_seq_length={max_len!r} must be a positive int")
-    return SentenceConfig(pooling, "Normalize" in kinds, max_len, prompts, default, dense)
+    tokenizer_config = module / "tokenizer_config.json"
+    if max_len is None and tokenizer_config.is_file():
+        value = read_json(tokenizer_config).get("model_max_length")
+        # an unset length is saved as a huge number (1e30): the model's own limit applies then
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 1_000_000:
+            max_len = value
+    return max_len
 
 
 def _check_module_order(folder: Path, kinds: list[str]) -> None:
