@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from ortformer.runtime.providers import session_options
+from ortformer.bench.measure import graph_session
 
 SHAPES = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768),  # bert-base, batch 1 x 128 tokens
           (2048, 384, 384), (2048, 384, 1536), (2048, 1536, 384)]  # MiniLM, 32 sentences x 64 tokens
@@ -48,9 +48,7 @@ def session(w: np.ndarray, threads: int, block: int | None) -> ort.InferenceSess
                                 K=k, N=n, bits=8, block_size=block, accuracy_level=4)
     graph = helper.make_graph([node], "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])], inits)
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                     helper.make_opsetid("com.microsoft", 1)])
-    return ort.InferenceSession(model.SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"])
+    return graph_session(graph, threads, {"": 17, "com.microsoft": 1})
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from ortformer.runtime.providers import session_options
+from ortformer.bench.measure import graph_session
 
 ZERO_POINT = 128
 
@@ -36,8 +36,7 @@ def session(m: int, k: int, per_axis: bool, threads: int) -> ort.InferenceSessio
     graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]),
                                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [m, 1])],
                               [helper.make_tensor_value_info("q", TensorProto.UINT8, [m, k])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
-    return ort.InferenceSession(model.SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"])
+    return graph_session(graph, threads, {"": 21})
 
 
 def main() -> None:

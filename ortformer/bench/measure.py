@@ -17,6 +17,20 @@ from pathlib import Path
 from typing import Callable
 
 
+def graph_session(graph, threads: int, opsets: dict[str, int] | None = None):
+    """An onnxruntime CPU session, with Runtime's session options, for a hand-built onnx graph
+    (MatMul ceilings, kernel micro-benchmarks); opsets: domain -> version, default {"": 18}."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    from ..runtime.providers import session_options
+
+    imports = [helper.make_opsetid(domain, version) for domain, version in (opsets or {"": 18}).items()]
+    # onnx 1.23 writes IR 14 by default, which onnxruntime 1.31 refuses
+    proto = helper.make_model(graph, opset_imports=imports, ir_version=10)
+    return ort.InferenceSession(proto.SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"])
+
+
 def side_by_side(runners: dict[str, Callable[[], object]], iterations: int, warmup: int = 2) -> dict[str, dict]:
     """Median and spread of each runner's wall time (seconds), interleaved."""
     for _ in range(warmup):

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 from ..cost import total_flops
 from ..exporter import export
 from ..runtime.providers import session_options
-from .measure import side_by_side
+from .measure import graph_session, side_by_side
 
 
 def hf_bert_folder(workdir: Path, cfg) -> Path:
@@ -60,7 +60,7 @@ def gemm_shapes(cfg, batch: int, n: int) -> list[dict]:
     ]
 
 
-def _matmul_seconds(shape: dict, threads: int, iterations: int) -> float:
+def matmul_seconds(shape: dict, threads: int, iterations: int) -> float:
     """Median seconds of one onnxruntime MatMul node at `shape`, with Runtime's session options.
 
     Dense shapes carry the weight as an initializer (as the model does); batched attention
@@ -79,9 +79,7 @@ def _matmul_seconds(shape: dict, threads: int, iterations: int) -> float:
         initializers.append(helper.make_tensor("w", TensorProto.FLOAT, [k, n], rng.standard_normal(k * n).astype(np.float32)))
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ceiling", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, lead + [m, n])], initializers)
-    # onnx 1.23 writes IR 14 by default, which onnxruntime 1.31 refuses
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    session = ort.InferenceSession(proto.SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"])
+    session = graph_session(graph, threads)
     return side_by_side({"matmul": lambda: session.run(None, feeds)}, iterations)["matmul"]["median_s"]
 
 
@@ -93,7 +91,7 @@ def matmul_ceiling(cfg, batch: int, n: int, threads: int, iterations: int) -> di
     """
     shapes = gemm_shapes(cfg, batch, n)
     for shape in shapes:
-        shape["seconds"] = _matmul_seconds(shape, threads, iterations)
+        shape["seconds"] = matmul_seconds(shape, threads, iterations)
         shape["gflops"] = 2 * shape["batch"] * shape["m"] * shape["k"] * shape["n"] / shape["seconds"] / 1e9
     flops = sum(s["count"] * 2 * s["batch"] * s["m"] * s["k"] * s["n"] for s in shapes)
     return {"gflops": flops / sum(s["count"] * s["seconds"] for s in shapes) / 1e9, "shapes": shapes}
@@ -202,4 +200,4 @@ def format_peers(peers: dict) -> list[str]:
     return lines
 
 
-__all__ = ["bert_peers", "matmul_ceiling", "gemm_shapes", "peer_rows", "format_peers"]
+__all__ = ["bert_peers", "matmul_ceiling", "matmul_seconds", "gemm_shapes", "peer_rows", "format_peers"]

@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import torch
-from onnx import TensorProto, helper
 
 from ..config import preset
 from ..cost import total_flops
@@ -23,9 +21,8 @@ from ..models import build_encoder
 from ..parity import Case, make_inputs, row_cosines
 from ..runtime import Runtime
 from ..runtime.profile import profile_ops
-from ..runtime.providers import session_options
 from .measure import run_isolated, side_by_side
-from .peers import bert_peers
+from .peers import bert_peers, matmul_seconds
 from .point import SESSIONS
 from .st_onnx_peer import st_onnx_runners, start_st_onnx
 
@@ -109,17 +106,7 @@ def _peer_targets(peers: dict, name: str) -> list[dict]:
 
 def matmul_ceiling(threads: int, m: int, k: int, n: int, iterations: int) -> float:
     """GFLOP/s of onnxruntime's own MatMul on an (m, k) x (k, n) product with constant weights."""
-    weight = helper.make_tensor("w", TensorProto.FLOAT, [k, n], np.random.default_rng(0).standard_normal(k * n).astype(np.float32))
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ceiling",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [weight])
-    # onnx 1.23 writes IR 14 by default, which onnxruntime 1.31 refuses
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    options = session_options(threads)  # the settings Runtime uses
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
-    median = side_by_side({"matmul": lambda: session.run(None, {"x": x})}, iterations)["matmul"]["median_s"]
-    return 2 * m * k * n / median / 1e9
+    return 2 * m * k * n / matmul_seconds({"batch": 1, "m": m, "k": k, "n": n}, threads, iterations) / 1e9
 
 
 def throughput(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:

@@ -268,17 +268,11 @@ class MultiHeadAttention(nn.Module):
         Returns (B, N, F); q, k, v and the heads' output are A = H x D wide."""
         b, n, _ = x.shape
         f = self.inner
-        if disentangled is not None:
-            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, A)
-            scores_bias = self.disentangled_bias(q, k, *disentangled)  # (B, H, N, N)
-            if self.fused:
-                out = biased_softmax_attention(q, k, v, key_mask.to(torch.int32), scores_bias, self.num_heads)
-                return self.out(out * key_mask.any(dim=1).to(out.dtype)[:, None, None])
-            q, k, v = (t.view(b, n, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # each (B, H, N, D)
-            heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias)
-            return self.out(heads.transpose(1, 2).reshape(b, n, f))
+        projected = self.qkv(x)  # (B, N, 3A): [Q | K | V]
+        if disentangled is not None:  # the config refuses it with rotary, windows or a relative bias
+            scores_bias = self.disentangled_bias(*projected.split(f, dim=-1)[:2], *disentangled)  # (B, H, N, N)
         if self.fused:
-            q, k, v = self.qkv(x).split(f, dim=-1)  # each (B, N, A)
+            q, k, v = projected.split(f, dim=-1)  # each (B, N, A)
             if rotary is not None:  # onnxruntime's RotaryEmbedding before the fused attention
                 cos, sin = rotary[0].to(q.dtype), rotary[1].to(q.dtype)
                 q, k = rotary_heads(q, cos, sin, self.num_heads), rotary_heads(k, cos, sin, self.num_heads)
@@ -291,7 +285,7 @@ class MultiHeadAttention(nn.Module):
             # multiply by (B, 1, 1) instead of Where: no (B, N, F) zeros are materialised
             out = out * key_mask.any(dim=1).to(out.dtype)[:, None, None]
             return self.out(out)
-        qkv = self.qkv(x).view(b, n, 3, self.num_heads, f // self.num_heads)
+        qkv = projected.view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
         if self.causal:  # the config refuses causal with rotary, a relative bias or windows
             heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
