@@ -163,3 +163,36 @@ def test_export_from_a_folder_lists_the_tensors_it_drops(tmp_path):
     report = json.loads(invoke("export", "--from", folder, "-o", tmp_path / "t5.onnx", "--no-parity", "--force",
                                "--json").stdout)
     assert report["dropped"] and all(n.startswith(("decoder.", "lm_head.")) for n in report["dropped"])
+
+
+def test_check_against_a_folder_compares_how_texts_are_read(tmp_path):
+    """A file must cut, split and prompt texts as the folder it is checked against does;
+    a file that takes texts reruns the real-sentence check."""
+    sys.path.insert(0, str(Path(__file__).parent / "models"))
+    from hf_support import save_hf, sentence_folder, transformers
+
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=64)
+    folder = save_hf(transformers.BertModel, config, tmp_path / "st")
+    sentence_folder(folder, minilm_tokenizer().parent, pooling="mean", normalize=True, max_seq_length=48)
+    model = tmp_path / "m.onnx"
+    invoke("export", "--from", folder, "-o", model, "--no-parity")
+    out = invoke("check", model, "--against", folder).stdout
+    assert "PASS" in out and "real text" in out
+
+    def variant(name: str, change) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        change(copy)
+        return copy
+
+    def set_json(path: Path, **fields) -> None:
+        path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+    shorter = variant("short", lambda d: set_json(d / "sentence_bert_config.json", max_seq_length=32))
+    assert "truncates texts at 48 tokens, the source at 32" in fail("check", model, "--against", shorter)
+    cased = variant("cased", lambda d: set_json(d / "tokenizer.json", normalizer=None))
+    assert "tokenizer" in fail("check", model, "--against", cased)
+    prompted = variant("prompted", lambda d: set_json(d / "config_sentence_transformers.json",
+                                                     prompts={"query": "query: "}, default_prompt_name="query"))
+    assert "prompts" in fail("check", model, "--against", prompted)

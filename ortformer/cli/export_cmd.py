@@ -302,6 +302,10 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
 def check_command(model, against, seed, as_json):
     """Re-check a model file: onnx.checker, metadata and contract, and the parity grid again.
 
+    With --against a folder or checkpoint that has a tokenizer, the file must also read texts
+    as it does (same tokenizer, truncation length and prompts), and a file that takes texts
+    reruns the real-sentence check.
+
     \b
     Examples:
       ortformer check tiny.onnx
@@ -316,7 +320,7 @@ def check_command(model, against, seed, as_json):
 
     def progress(message: str) -> None:
         if not as_json:
-            click.echo(f"[{next(steps)}/4] {message} ...", err=True)
+            click.echo(f"[{next(steps)}] {message} ...", err=True)
 
     result = verify(model, against=against, seed=seed, progress=progress)
     if as_json:

@@ -6,31 +6,36 @@ BERT folder) or, for random-init exports, from the seed recorded in the source.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import onnxruntime as ort
 
+from .. import contract
 from ..config import EncoderConfig
 from ..errors import ConfigError, ModelFileError, ParityError
-from ..models import Encoder, build_encoder, load_any
+from ..models import Encoder, Loaded, build_encoder, load_any
 from ..modelfile import ModelFile, read_model_file, tokenizer_path
 from ..text import check_tokenizer
 from .export import check_file, eager_runner
+from .text_parity import text_parity
 from ..parity import GATES, failed_cases, run_parity
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
 
 
-def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encoder | None, str]:
-    """The eager model to compare against, and a sentence saying where it came from."""
+def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encoder | None, str, Loaded | None]:
+    """The eager model to compare against, a sentence saying where it came from, and the
+    loaded checkpoint or folder when ``against`` is one (its tokenizer, text length, prompts)."""
     cfg = model_file.config
     recorded = _RANDOM_INIT.match(model_file.source)
+    loaded = None
     if against is None:
         if recorded is None:
-            return None, f"weights came from {model_file.source}; pass --against to rerun parity"
+            return None, f"weights came from {model_file.source}; pass --against to rerun parity", None
         s = seed if seed is not None else int(recorded.group(1))
-        return build_encoder(cfg, seed=s), f"random init, seed {s}"
+        return build_encoder(cfg, seed=s), f"random init, seed {s}", None
     against = Path(against)
     if against.suffix == ".json" and against.is_file() and "model_type" not in against.read_text(errors="replace"):
         expected = EncoderConfig.from_json(against.read_text())
@@ -46,7 +51,37 @@ def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encode
         raise ConfigError(f"{against} describes another model than the file; field: (file, against) = {diff}")
     if model.config.name != cfg.name:
         model.config = cfg  # same architecture under another name: compare the weights alone
-    return model, where
+    return model, where, loaded
+
+
+def _tokenizer_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ModelFileError(f"{path}: cannot read the tokenizer: {exc}") from None
+
+
+def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
+    """What turns texts into ids differently in the file than in ``loaded`` (tokenizer,
+    truncation length, prompts), one sentence each; [] when they agree. Only a file that
+    takes texts (it holds a tokenizer) and a source that has a tokenizer are compared."""
+    tokenizer = tokenizer_path(model_file)
+    if tokenizer is None or loaded.tokenizer is None:
+        return []
+    cfg, meta = model_file.config, model_file.metadata
+    found = []
+    if _tokenizer_json(tokenizer) != _tokenizer_json(Path(loaded.tokenizer)):
+        found.append(f"its tokenizer {tokenizer.name} differs from {loaded.tokenizer}")
+    stored = meta.get(contract.META_TEXT_MAX_LENGTH)
+    mine = int(stored) if stored is not None else cfg.max_sequence  # checked digits by read_model_file
+    theirs = loaded.text_max_length or cfg.max_sequence
+    if mine != theirs:
+        found.append(f"it truncates texts at {mine} tokens, the source at {theirs}")
+    prompts = contract.parse_prompts(meta[contract.META_PROMPTS]) if contract.META_PROMPTS in meta else None
+    theirs_prompts = (loaded.prompts, loaded.default_prompt) if loaded.prompts else None
+    if prompts != theirs_prompts:
+        found.append(f"its prompts {prompts} differ from the source's {theirs_prompts}")
+    return found
 
 
 def file_dtype(model_file: ModelFile) -> str:
@@ -72,7 +107,12 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     step("onnx.checker (full)")
     check_file(model_file.path, model_file.config)
     step("rebuilding the eager reference")
-    reference, where = _reference(model_file, against, seed)
+    reference, where, loaded = _reference(model_file, against, seed)
+    if loaded is not None:
+        found = compare_text_setup(model_file, loaded)
+        if found:
+            raise ConfigError(f"{path} reads texts otherwise than {against}: {'; '.join(found)}; "
+                              f"re-export it from {against}")
     result = {"path": str(model_file.path), "config": model_file.config.to_dict(), "source": model_file.source,
               "checker": "ok", "reference": where, "parity": None}
     if reference is None:
@@ -82,6 +122,11 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     options.log_severity_level = 3
     session = ort.InferenceSession(str(model_file.path), options, providers=["CPUExecutionProvider"])
     report = run_parity(session, eager_runner(reference), model_file.config, file_dtype(model_file))
+    if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(model_file.config):
+        step("real sentences against the reference")  # recorded as at export, not gated
+        stored = model_file.metadata.get(contract.META_TEXT_MAX_LENGTH)
+        report["text"] = text_parity(session, eager_runner(reference), model_file.config, tokenizer,
+                                     int(stored) if stored is not None else model_file.config.max_sequence)
     result["parity"] = report
     if not report["passed"]:
         lines = failed_cases(report)
