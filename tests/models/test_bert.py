@@ -203,15 +203,20 @@ def _max_error(ours, theirs) -> float:
 
 
 @pytest.mark.parametrize("head,fmt,act", [("BertModel", "safetensors", "gelu"), ("BertModel", "bin", "relu"),
-                                          ("BertForMaskedLM", "safetensors", "gelu")])
+                                          ("BertForMaskedLM", "safetensors", "gelu"),
+                                          ("BertForSequenceClassification", "safetensors", "gelu"),
+                                          ("BertForTokenClassification", "bin", "gelu"),
+                                          ("BertForQuestionAnswering", "safetensors", "gelu")])
 def test_tiny_bert_layouts_match_transformers(tmp_path, head, fmt, act):
     folder, reference = _tiny_hf(tmp_path, head=head, fmt=fmt, hidden_act=act)
     imported = load_bert(folder)
     assert imported.config.activation == act and imported.config.norm_eps == 1e-7
     assert imported.config.pooling == "none" and imported.tokenizer is None
     assert _max_error(imported.model, reference) <= MAX_ABS
-    if head == "BertForMaskedLM":  # the MLM head is set aside, by name
-        assert any(name.startswith("cls.") for name in imported.dropped)
+    head_prefix = {"BertForMaskedLM": "cls.", "BertForQuestionAnswering": "qa_outputs.",
+                   "BertForSequenceClassification": "classifier.", "BertForTokenClassification": "classifier."}
+    if head in head_prefix:  # task heads are set aside, by name
+        assert any(name.startswith(head_prefix[head]) for name in imported.dropped)
 
 
 def test_half_precision_folder_is_upcast(tmp_path):

@@ -26,7 +26,9 @@ from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "silu": "silu", "swish": "silu"}
 # weights the Hugging Face folder may carry that an encoder does not use
-DROPPED_PREFIXES = ("pooler.", "cls.")
+# task heads (MLM / NSP, sequence / token classification, multiple choice, QA: cross-encoders,
+# NER models) sit beside the encoder; the encoder's hidden states are what is exported
+DROPPED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.")
 DROPPED_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # index buffers, not weights
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
             "intermediate_size", "max_position_embeddings")
