@@ -125,8 +125,7 @@ def minilm(work: Path, args) -> list[dict]:
     loaded = load_any(folder)
     source = work / "minilm.onnx"
     if not source.exists():
-        export(loaded.model, source, parity=False, force=True, source=loaded.source, tokenizer=loaded.tokenizer,
-               text_max_length=loaded.text_max_length)
+        export(loaded.model, source, parity=False, force=True, **loaded.export_options())
     model = onnx.load(str(source))
     runtime = Runtime(source, "cpu")
     feeds, _ = calibration_feeds(runtime.config, Path(loaded.tokenizer))

@@ -163,6 +163,9 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
     if not isinstance(parity, dict):
         raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
     _check_text_max_length(path, metadata.get(contract.META_TEXT_MAX_LENGTH), config)
+    if metadata.get(contract.META_TEXT_LOWERCASE, "false") not in ("true", "false"):
+        raise ModelFileError(f"{path}: '{contract.META_TEXT_LOWERCASE}' metadata is "
+                             f"{metadata[contract.META_TEXT_LOWERCASE]!r}; valid: 'true' or 'false'")
     if contract.META_PROMPTS in metadata:
         try:
             contract.parse_prompts(metadata[contract.META_PROMPTS])

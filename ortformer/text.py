@@ -51,9 +51,10 @@ class TextEncoder:
     Safe to share between threads.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, lowercase: bool = False):
         tokenizers = _tokenizers()
         self.path = Path(path)
+        self.lowercase = lowercase  # str.lower() before tokenizing (sentence-transformers' do_lower_case)
         try:
             self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
         except Exception as exc:  # missing file, bad JSON, unknown model type: all surface as Exception
@@ -84,6 +85,8 @@ class TextEncoder:
                                    "a shorter length leaves no room for text)")
         if not texts:
             return [], [], 0
+        if self.lowercase:
+            texts = [text.lower() for text in texts]
         with self._lock:
             self._tokenizer.enable_truncation(int(max_length))  # stride 0: overflowing holds the cut tail
             encodings = self._tokenizer.encode_batch(texts)

@@ -200,11 +200,9 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     texts = sentences(100 if quick else 1000)
     loaded = load_any(folder)
     path = workdir / "minilm.onnx"
-    export(loaded.model, path, parity=False, force=True, source=loaded.source, tokenizer=loaded.tokenizer,
-           text_max_length=loaded.text_max_length)
+    export(loaded.model, path, parity=False, force=True, **loaded.export_options())
     int8_path = workdir / "minilm_int8.onnx"
-    export(loaded.model, int8_path, parity=False, force=True, quantize="int8", source=loaded.source,
-           tokenizer=loaded.tokenizer, text_max_length=loaded.text_max_length)
+    export(loaded.model, int8_path, parity=False, force=True, quantize="int8", **loaded.export_options())
     runtime = Runtime(path, "cpu", threads=threads)
     int8 = Runtime(int8_path, "cpu", threads=threads)
     reference = SentenceTransformer(str(folder), device="cpu")
@@ -298,8 +296,7 @@ def _family(workdir: Path, minilm: Path, texts: list[str], threads: int, iterati
         (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
     loaded = load_any(folder)
     path = workdir / "roberta.onnx"
-    export(loaded.model, path, parity=False, force=True, source=loaded.source, tokenizer=loaded.tokenizer,
-           text_max_length=loaded.text_max_length, family=loaded.family)
+    export(loaded.model, path, parity=False, force=True, **loaded.export_options())
     runtime = Runtime(path, "cpu", threads=threads)
     reference = SentenceTransformer(str(folder), device="cpu")
     stats = side_by_side({

@@ -166,6 +166,8 @@ def architecture_options(func):
                    "deberta-v2, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
+@click.option("--lowercase-texts", is_flag=True, default=None,
+              help="Lowercase texts before tokenizing (default: the --from folder's do_lower_case, else off).")
 @click.option("--no-fused-ops", is_flag=True,
               help="Standard ONNX ops only (no com.microsoft MultiHeadAttention/Gelu), for runtimes other than onnxruntime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
@@ -185,7 +187,7 @@ def architecture_options(func):
 @click.option("--max-batch-size", type=click.IntRange(min=1),
               help="Triton max_batch_size (with --triton-repo; default 64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops, seed, output, print_config,
+def export_command(preset_name, config_file, from_path, tokenizer, lowercase_texts, no_fused_ops, seed, output, print_config,
                    opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
@@ -234,19 +236,18 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, export_steps
 
-    source = text_max_length = family = default_prompt = None
-    prompts, dropped = {}, ()
+    options, dropped = {}, ()
     subject = cfg
     if from_path:
         from ..models import load_any
 
         loaded = load_any(from_path)
-        subject, source, text_max_length = loaded.model, loaded.source, loaded.text_max_length
-        if loaded.family != "ortformer":
-            family, prompts, default_prompt = loaded.family, loaded.prompts, loaded.default_prompt
-        tokenizer = tokenizer or loaded.tokenizer
-        cfg = loaded.model.config
-        dropped = loaded.dropped
+        subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
+    options["tokenizer"] = tokenizer or options.get("tokenizer")
+    if lowercase_texts is not None:
+        if options["tokenizer"] is None:
+            raise click.UsageError("--lowercase-texts applies to texts; give --tokenizer (or --from a folder with one)")
+        options["text_lowercase"] = lowercase_texts
 
     steps = iter(range(1, 100))
     total = len(export_steps(quantize=quantize, parity=not no_parity))
@@ -257,9 +258,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, no_fused_ops,
 
     result = export(subject, output, opset=opset or DEFAULT_OPSET, dtype=dtype, quantize=quantize, seed=seed,
                     parity=not no_parity,
-                    force=force, keep_failed=keep_failed, progress=progress, source=source,
-                    tokenizer=tokenizer, text_max_length=text_max_length, family=family, prompts=prompts,
-                    default_prompt=default_prompt, fused_ops=not no_fused_ops)
+                    force=force, keep_failed=keep_failed, progress=progress, fused_ops=not no_fused_ops, **options)
     triton_entry = None
     if triton_repo:
         from ..scale.triton import write_triton_repo
@@ -303,7 +302,7 @@ def check_command(model, against, seed, as_json):
     """Re-check a model file: onnx.checker, metadata and contract, and the parity grid again.
 
     With --against a folder or checkpoint that has a tokenizer, the file must also read texts
-    as it does (same tokenizer, truncation length and prompts), and a file that takes texts
+    as it does (same tokenizer, truncation length, lowercasing and prompts), and a file that takes texts
     reruns the real-sentence check.
 
     \b

@@ -297,6 +297,10 @@ def info(ctx, model, as_json, sequence_length):
             click.echo(f"{label if i == 0 else '':<11} {s['name']} {s['dtype']} [{', '.join(map(str, s['shape']))}]")
     if report.get("family"):
         click.echo(f"family      {report['family']} (imported from Hugging Face)")
+    text = report.get("text")
+    if text:
+        lowered = ", lowercased first" if text["lowercase"] else ""
+        click.echo(f"text        {text['tokenizer']}, truncated at {text['max_length']} tokens{lowered}")
     prompts = report.get("prompts") or {}
     for i, (prompt, text) in enumerate(sorted((prompts.get("prompts") or {}).items())):
         default = " (default)" if prompt == prompts.get("default") else ""

@@ -145,7 +145,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            quantize: str | None = None, seed: int = 0,
            source: str | None = None, parity: bool = True, force: bool = False,
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
-           tokenizer=None, text_max_length: int | None = None,
+           tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False,
            family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
            chunked: bool = True,
            progress: Callable[[str], None] | None = None) -> ExportResult:
@@ -158,6 +158,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
         named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
     text_max_length: default truncation for text (sentence-transformers' max_seq_length).
+    text_lowercase: texts are lowercased before tokenizing (sentence-transformers' do_lower_case).
     family: the Hugging Face model_type the weights came from, recorded for ``info``.
     prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
         tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
@@ -215,6 +216,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     if text_max_length is not None:
         check_int("text_max_length", text_max_length, high=cfg.max_sequence, error=ExportError)
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
+    if text_lowercase and tokenizer is not None:  # without a tokenizer the file takes no texts
+        meta[contract.META_TEXT_LOWERCASE] = "true"
     if family is not None:
         meta[contract.META_FAMILY] = str(family)
     if prompts or default_prompt is not None:
@@ -248,7 +251,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if quantize == "int8":
             step()  # int8 dynamic quantization
             quantized = staged.path.with_name("int8.onnx")
-            record = quantize_int8(staged.path, quantized, cfg, Path(tokenizer) if tokenizer is not None else None)
+            record = quantize_int8(staged.path, quantized, cfg, Path(tokenizer) if tokenizer is not None else None,
+                                   text_lowercase)
             os.replace(quantized, staged.path)
             staged.rewrite_metadata({contract.META_INT8: json.dumps(record)})
         step()  # onnx.checker
@@ -256,7 +260,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if parity:
             step()  # the parity gate
             report = _gate(staged, reference or model, cfg, precision, keep_failed,
-                           tokenizer=tokenizer, text_max_length=text_max_length)
+                           tokenizer=tokenizer, text_max_length=text_max_length, text_lowercase=text_lowercase)
         else:
             report = {"skipped": True, "reason": "parity disabled by the caller", "dtype": precision}
         staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
@@ -268,7 +272,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
 
 
 def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: str, keep_failed,
-          tokenizer=None, text_max_length: int | None = None) -> dict:
+          tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -284,7 +288,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
         # recorded beside the gate, not gated: the grid is the gate every model shares
         session = ort.InferenceSession(str(staged.path), options, providers=["CPUExecutionProvider"])
         report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
-                                     text_max_length or cfg.max_sequence)
+                                     text_max_length or cfg.max_sequence, lowercase=text_lowercase)
         del session
     if not report["passed"]:
         if keep_failed:  # the kept file says it failed, and where

@@ -38,7 +38,7 @@ class Float16Encoder(nn.Module):
         return {name: value.float() for name, value in self.inner(*args).items()}
 
 
-def calibration_feeds(cfg, tokenizer: Path | None) -> tuple[list[dict], str]:
+def calibration_feeds(cfg, tokenizer: Path | None, lowercase: bool = False) -> tuple[list[dict], str]:
     """Inputs the int8 calibration runs the float model on, and a phrase saying what they are.
 
     Real sentences through the tokenizer when there is one (distinct from the 48 the text
@@ -57,7 +57,7 @@ def calibration_feeds(cfg, tokenizer: Path | None) -> tuple[list[dict], str]:
         import warnings
 
         try:
-            encoder = TextEncoder(tokenizer)
+            encoder = TextEncoder(tokenizer, lowercase)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TruncationWarning)
                 ids, _, _ = encoder.encode(sentences(144)[48:], min(cfg.max_positions, 256))
@@ -78,11 +78,11 @@ def calibration_feeds(cfg, tokenizer: Path | None) -> tuple[list[dict], str]:
     return [make_inputs(cfg, Case(4, n, "right"), rng) for _ in range(4)], f"16 random rows of {n} tokens"
 
 
-def quantize_int8(source: Path, target: Path, cfg, tokenizer: Path | None = None) -> dict:
+def quantize_int8(source: Path, target: Path, cfg, tokenizer: Path | None = None, lowercase: bool = False) -> dict:
     """Batch-invariant int8 (exporter/int8.py); returns the record kept in the model's metadata."""
     from .int8 import quantize_int8_rows
 
-    feeds, calibration = calibration_feeds(cfg, tokenizer)
+    feeds, calibration = calibration_feeds(cfg, tokenizer, lowercase)
     try:
         return quantize_int8_rows(source, target, feeds, calibration)
     except Exception as exc:

@@ -29,7 +29,7 @@ TOKENS_PER_BATCH = 2048  # bounds eager PyTorch's memory on long paragraphs
 
 
 def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, tokenizer: Path, max_length: int,
-                count: int = SENTENCES) -> dict:
+                count: int = SENTENCES, lowercase: bool = False) -> dict:
     """{"sentences", "min_cosine", "median_cosine"} of sentence embeddings, session vs eager.
 
     Cosine per sentence between (n, S) embeddings; max_length truncates as embed_texts does.
@@ -38,7 +38,7 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
 
     # recorded, never gated: a tokenizer that cannot run here skips the check, not the export
     try:
-        encoder = TextEncoder(tokenizer)
+        encoder = TextEncoder(tokenizer, lowercase)
     except (MissingExtraError, ModelFileError) as exc:
         return {"skipped": True, "reason": str(exc)}
     with warnings.catch_warnings():

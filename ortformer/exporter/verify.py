@@ -63,7 +63,7 @@ def _tokenizer_json(path: Path) -> object:
 
 def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     """What turns texts into ids differently in the file than in ``loaded`` (tokenizer,
-    truncation length, prompts), one sentence each; [] when they agree. Only a file that
+    truncation length, lowercasing, prompts), one sentence each; [] when they agree. Only a file that
     takes texts (it holds a tokenizer) and a source that has a tokenizer are compared."""
     tokenizer = tokenizer_path(model_file)
     if tokenizer is None or loaded.tokenizer is None:
@@ -77,6 +77,10 @@ def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     theirs = loaded.text_max_length or cfg.max_sequence
     if mine != theirs:
         found.append(f"it truncates texts at {mine} tokens, the source at {theirs}")
+    lowercase = meta.get(contract.META_TEXT_LOWERCASE) == "true"
+    if lowercase != loaded.text_lowercase:
+        found.append(f"it {'lowercases' if lowercase else 'keeps'} texts before tokenizing, the source "
+                     f"{'lowercases' if loaded.text_lowercase else 'keeps'} them (do_lower_case)")
     prompts = contract.parse_prompts(meta[contract.META_PROMPTS]) if contract.META_PROMPTS in meta else None
     theirs_prompts = (loaded.prompts, loaded.default_prompt) if loaded.prompts else None
     if prompts != theirs_prompts:
@@ -126,7 +130,8 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
         step("real sentences against the reference")  # recorded as at export, not gated
         stored = model_file.metadata.get(contract.META_TEXT_MAX_LENGTH)
         report["text"] = text_parity(session, eager_runner(reference), model_file.config, tokenizer,
-                                     int(stored) if stored is not None else model_file.config.max_sequence)
+                                     int(stored) if stored is not None else model_file.config.max_sequence,
+                                     lowercase=model_file.metadata.get(contract.META_TEXT_LOWERCASE) == "true")
     result["parity"] = report
     if not report["passed"]:
         lines = failed_cases(report)

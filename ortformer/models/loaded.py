@@ -16,6 +16,7 @@ class Loaded:
     source: str  # "sha256:<hex>" of the weight file; several files: one each, comma-separated
     tokenizer: Path | None  # tokenizer.json travelling with the weights, if any
     text_max_length: int | None = None  # sentence-transformers' max_seq_length, when set
+    text_lowercase: bool = False  # sentence-transformers' do_lower_case: str.lower() before tokenizing
     weights: Path | None = None  # the weight file read
     dropped: tuple[str, ...] = ()  # imported tensors deliberately not used (poolers, task heads)
     family: str = "ortformer"  # where the model came from: "ortformer" or a Hugging Face model_type
@@ -26,3 +27,13 @@ class Loaded:
     @property
     def config(self) -> EncoderConfig:
         return self.model.config
+
+    def export_options(self, text: bool = True) -> dict:
+        """The keyword arguments of ``exporter.export`` that carry this model's provenance and,
+        with ``text``, how it reads texts (tokenizer, truncation length, lowercasing, prompts)."""
+        options = {"source": self.source, "family": None if self.family == "ortformer" else self.family}
+        if text:
+            options.update(tokenizer=self.tokenizer, text_max_length=self.text_max_length,
+                           text_lowercase=self.text_lowercase, prompts=self.prompts,
+                           default_prompt=self.default_prompt)
+        return options

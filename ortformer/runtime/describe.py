@@ -40,6 +40,9 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "source": runtime.source,
         "family": runtime.family,  # the Hugging Face model_type imported, or None
         "prompts": {"prompts": runtime.prompts, "default": runtime.default_prompt},
+        # how texts become ids: None when the file names no tokenizer
+        "text": {"tokenizer": runtime.tokenizer_path().name, "max_length": runtime.text_max_length,
+                 "lowercase": runtime.text_lowercase} if runtime.tokenizer_path() is not None else None,
         "config": cfg.to_dict(),
         "inputs": [s.to_dict() for s in file.inputs],
         "outputs": [s.to_dict() for s in file.outputs],

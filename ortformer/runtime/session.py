@@ -161,7 +161,7 @@ class Runtime:
         from ..text import TextEncoder
 
         try:
-            return TextEncoder(path)
+            return TextEncoder(path, self.text_lowercase)
         except MissingExtraError:
             return None  # the model still serves token ids; embed_texts raises the extra's name
 
@@ -170,6 +170,11 @@ class Runtime:
         """Default truncation for text: the metadata's text_max_length, else max_sequence."""
         value = self.metadata.get(contract.META_TEXT_MAX_LENGTH)  # validated by read_model_file
         return int(value) if value is not None else self.config.max_sequence
+
+    @property
+    def text_lowercase(self) -> bool:
+        """True when texts are lowercased before tokenizing (sentence-transformers' do_lower_case)."""
+        return self.metadata.get(contract.META_TEXT_LOWERCASE) == "true"  # validated by read_model_file
 
     @property
     def family(self) -> str | None:

@@ -65,10 +65,7 @@ def load_and_export(folder: Path, path: Path, *, text: bool = False, **options):
     """load_any(folder) exported to ``path`` with its source and family, and with ``text`` also its
     tokenizer, text length and prompts; returns (loaded, path)."""
     loaded = load_any(folder)
-    if text:
-        options = dict(tokenizer=loaded.tokenizer, text_max_length=loaded.text_max_length,
-                       prompts=loaded.prompts, default_prompt=loaded.default_prompt, **options)
-    export(loaded.model, path, source=loaded.source, family=loaded.family, **options)
+    export(loaded.model, path, **loaded.export_options(text), **options)
     return loaded, path
 
 

@@ -92,6 +92,7 @@ class SentenceConfig:
     pooling: str | None = None  # None: the folder has no Pooling module
     normalize: bool = False
     max_seq_length: int | None = None
+    lowercase: bool = False  # do_lower_case: the Transformer module lowercases texts before tokenizing
     prompts: dict[str, str] = field(default_factory=dict)  # name -> text prepended before tokenizing
     default_prompt: str | None = None  # used when the caller names no prompt
     dense: DenseHead | None = None  # a Dense module after the pooling
@@ -133,26 +134,32 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             pooling = _pooling_mode(read_json(_module_dir(folder, module) / "config.json"))
         elif kind == "Dense":
             dense = _dense_head(_module_dir(folder, module))
-    return SentenceConfig(pooling, "Normalize" in kinds, _max_seq_length(folder), prompts, default, dense)
+    max_len, lowercase = _text_settings(folder)
+    return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default, dense)
 
 
-def _max_seq_length(folder: Path) -> int | None:
-    """Where sentence-transformers truncates: max_seq_length of the Transformer module's
-    sentence_bert_config.json; without one (sentence-transformers >= 6 saves none), the
-    tokenizer_config.json's model_max_length, as its Transformer module then reads it."""
+def _text_settings(folder: Path) -> tuple[int | None, bool]:
+    """(max_seq_length, do_lower_case) as sentence-transformers' Transformer module reads them.
+
+    Its sentence_bert_config.json (the module's folder first, then the root) holds both; without
+    a max_seq_length (sentence-transformers >= 6 saves none) the tokenizer_config.json's
+    model_max_length applies."""
     module = transformer_dir(folder)
     st_config = next((d / "sentence_bert_config.json" for d in (module, folder)
                       if (d / "sentence_bert_config.json").is_file()), None)
-    max_len = read_json(st_config).get("max_seq_length") if st_config else None
+    settings = read_json(st_config) if st_config else {}
+    max_len, lowercase = settings.get("max_seq_length"), settings.get("do_lower_case", False)
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise CheckpointError(f"{st_config}: max_seq_length={max_len!r} must be a positive int")
+    if not isinstance(lowercase, bool):
+        raise CheckpointError(f"{st_config}: do_lower_case={lowercase!r} must be true or false")
     tokenizer_config = module / "tokenizer_config.json"
     if max_len is None and tokenizer_config.is_file():
         value = read_json(tokenizer_config).get("model_max_length")
         # an unset length is saved as a huge number (1e30): the model's own limit applies then
         if isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 1_000_000:
             max_len = value
-    return max_len
+    return max_len, lowercase
 
 
 def _check_module_order(folder: Path, kinds: list[str]) -> None:
@@ -291,7 +298,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
-    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len,
+    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt)
 
