@@ -60,3 +60,23 @@ def test_the_tokenizer_travels_with_a_copy_in_another_folder(tmp_path):
     assert not (out.parent / "next.onnx").exists()
     optimize_offline(source, out.parent / "next.onnx", force=True)
     assert Runtime(out.parent / "next.onnx").embed_texts(texts).shape == (2, 32)
+
+
+def test_int8_and_float16_files_optimize_to_what_runtime_serves(tmp_path, rng):
+    """The check compares the saved graph with the same rewrites done online: an int8 graph run
+    without any onnxruntime rewrite rounds otherwise, which no Runtime user sees. Served outputs
+    before and after agree to the file's precision (float16: about one unit in the last place)."""
+    from ortformer.config import preset
+    from ortformer.exporter import export
+
+    cfg = preset("tiny")
+    ids = rng.integers(0, cfg.vocab_size, (3, 17))
+    for precision in ({"quantize": "int8"}, {"dtype": "float16"}):
+        source = tmp_path / f"{next(iter(precision.values()))}.onnx"
+        export(cfg, source, parity=False, **precision)
+        out = source.with_suffix(".opt.onnx")
+        check = optimize_offline(source, out)
+        assert check["passed"] and check["max_abs"] <= 1e-5
+        for name, value in Runtime(source, "cpu").run(input_ids=ids).items():
+            np.testing.assert_allclose(Runtime(out, "cpu").run(input_ids=ids)[name], value, rtol=0,
+                                       atol=1e-4 if "quantize" in precision else 2e-3)
