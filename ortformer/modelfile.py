@@ -12,7 +12,8 @@ What is checked, in order, each failure a ModelFileError that names the file and
 4. every tensor holds the bytes its dims and type declare (inline or external);
    every external-data location stays inside the model's folder and its file holds
    the bytes the tensor claims (offset + length <= file size);
-5. the tokenizer named in the metadata, if any, lies inside the model's folder;
+5. the tokenizer named in the metadata, if any, lies inside the model's folder (a missing
+   one takes text input away, not the model: Runtime serves ids and says why texts fail);
 6. the chunk-stage payload, if any, fits the config and the graph (chunkfile.py).
 
 Step 4 matters because onnxruntime follows `location` wherever it points: a model
@@ -100,8 +101,10 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
         external = _check_external_data(path, model)
         opsets = tuple((o.domain, o.version) for o in model.opset_import)
         if metadata.get(contract.META_TOKENIZER):  # refused here, before onnxruntime opens the model
+            # a name that leaves the folder marks a hostile or broken file; a tokenizer that is simply
+            # not there (the .onnx copied alone) only takes text input away: Runtime says so
             resolve_inside(path.absolute().parent, metadata[contract.META_TOKENIZER],
-                           f"{path}: '{contract.META_TOKENIZER}' metadata")
+                           f"{path}: '{contract.META_TOKENIZER}' metadata", missing_ok=True)
         chunked = (check_chunked(path, metadata[contract.META_CHUNKED], model.graph, config)
                    if contract.META_CHUNKED in metadata else None)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:

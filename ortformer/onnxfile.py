@@ -1,6 +1,7 @@
 """Walking an ONNX model's tensors, and finding its side files (onnx only: no onnxruntime, no torch)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Iterator
 
@@ -44,8 +45,9 @@ def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
         yield from node_tensors(function.node)
 
 
-def resolve_inside(folder: Path, name: str, what: str) -> Path:
-    """The existing file `name` relative to `folder`, refusing anything that leaves it.
+def resolve_inside(folder: Path, name: str, what: str, missing_ok: bool = False) -> Path | None:
+    """The existing file `name` relative to `folder`, refusing anything that leaves it
+    (missing_ok: None when nothing at all is there, a name that would leave still refused).
 
     Refused: absolute paths (POSIX or Windows spelling), any `..` component, names
     whose resolved path (symlinks followed) is outside the resolved folder, and files
@@ -66,6 +68,8 @@ def resolve_inside(folder: Path, name: str, what: str) -> Path:
         target = (folder / name).resolve()
         if not target.is_relative_to(root):
             raise ModelFileError(f"{what}: location {name!r} resolves to {target}, outside the model's folder {root} (symlink?)")
+        if missing_ok and not os.path.lexists(folder / name):
+            return None
         if not target.is_file():
             raise ModelFileError(f"{what}: file {name!r} is missing from the model's folder {root}")
         links = target.stat().st_nlink

@@ -196,3 +196,33 @@ def test_check_against_a_folder_compares_how_texts_are_read(tmp_path):
     prompted = variant("prompted", lambda d: set_json(d / "config_sentence_transformers.json",
                                                      prompts={"query": "query: "}, default_prompt_name="query"))
     assert "prompts" in fail("check", model, "--against", prompted)
+
+
+@pytest.mark.parametrize("damage", ["missing", "not a tokenizer", "leaves the folder"])
+def test_a_model_without_a_usable_tokenizer_still_serves_ids(tmp_path, damage):
+    """Copying only the .onnx is common: ids keep working, text input says why it cannot."""
+    from ortformer.runtime import TextUnavailableWarning
+
+    model = tmp_path / "t.onnx"
+    invoke(*TINY_TEXT, "--tokenizer", minilm_tokenizer(), "-o", model)
+    side = tmp_path / "t.tokenizer.json"
+    if damage == "missing":
+        side.unlink()
+    elif damage == "not a tokenizer":
+        side.write_text('{"not": "a tokenizer"}')
+    else:  # a name that leaves the model's folder marks a hostile file: refused whole, never read
+        outside = tmp_path / "elsewhere"
+        outside.mkdir()
+        for name in ("../t.tokenizer.json", "../gone.json", "/etc/passwd"):
+            with pytest.raises(ModelFileError, match="only a plain file name"):
+                Runtime(with_metadata(model, outside / "t.onnx", contract.META_TOKENIZER, name), "cpu")
+        return
+    with pytest.warns(TextUnavailableWarning, match="token ids still work"):
+        runtime = Runtime(model, "cpu")
+    assert runtime.text_problem and runtime.tokenizer_path() is None
+    assert runtime.embed([[101, 2023, 102]]).shape == (1, runtime.config.hidden_size)
+    with pytest.raises(ModelFileError, match="text input is unavailable"):
+        runtime.embed_texts(["a sentence"])
+    assert json.loads(invoke("infer", model, "--ids", "[[101, 102]]").stdout)
+    assert "text input is unavailable" in fail("infer", model, "--text", "a sentence")
+    assert "unavailable (token ids still work)" in invoke("info", model).stdout

@@ -298,7 +298,9 @@ def info(ctx, model, as_json, sequence_length):
     if report.get("family"):
         click.echo(f"family      {report['family']} (imported from Hugging Face)")
     text = report.get("text")
-    if text:
+    if text and text.get("unavailable"):
+        click.echo(f"text        unavailable (token ids still work): {text['unavailable']}")
+    elif text:
         lowered = ", lowercased first" if text["lowercase"] else ""
         click.echo(f"text        {text['tokenizer']}, truncated at {text['max_length']} tokens{lowered}")
     prompts = report.get("prompts") or {}

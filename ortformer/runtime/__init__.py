@@ -6,10 +6,10 @@ without the export extra installed.
 """
 from ..modelfile import ModelFile, TensorSpec, read_model_file, resolve_inside, tokenizer_path
 from .providers import PROVIDERS
-from .session import ProviderFallbackWarning, Runtime
+from .session import ProviderFallbackWarning, Runtime, TextUnavailableWarning
 from .validate import check_inputs
 
 __all__ = [
-    "Runtime", "ProviderFallbackWarning", "PROVIDERS",
+    "Runtime", "ProviderFallbackWarning", "TextUnavailableWarning", "PROVIDERS",
     "ModelFile", "TensorSpec", "read_model_file", "resolve_inside", "tokenizer_path", "check_inputs",
 ]

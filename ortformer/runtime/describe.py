@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
-
 import os
+import warnings
 
 import onnxruntime
 
@@ -11,7 +11,7 @@ from .. import contract
 from ..checks import check_int
 from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
 from .providers import cuda_failure_reason
-from .session import Runtime
+from .session import Runtime, TextUnavailableWarning
 
 DEFAULT_FLOPS_SEQUENCE = 128
 
@@ -23,9 +23,12 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
     The model is opened with provider "auto" (every file check applies, and whether CUDA
     really loads is seen, not guessed). Keys: path, files {path: bytes}, format, version,
     source, config, inputs, outputs, parameters {total, per part}, flops {sequence_length,
-    total, per part}, parity, providers {available, usable, cuda_unusable_reason}.
+    total, per part}, parity, providers {available, usable, cuda_unusable_reason}, family,
+    prompts, text {tokenizer, max_length, lowercase, unavailable} and int8.
     """
-    runtime = Runtime(path, "auto")
+    with warnings.catch_warnings():  # an unusable tokenizer is reported under "text" instead
+        warnings.simplefilter("ignore", TextUnavailableWarning)
+        runtime = Runtime(path, "auto")
     cfg, file = runtime.config, runtime.model_file
     n = min(DEFAULT_FLOPS_SEQUENCE, cfg.max_positions) if sequence_length is None else check_int("sequence_length", sequence_length)
     flops = flops_per_sequence(cfg, n)
@@ -40,9 +43,11 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "source": runtime.source,
         "family": runtime.family,  # the Hugging Face model_type imported, or None
         "prompts": {"prompts": runtime.prompts, "default": runtime.default_prompt},
-        # how texts become ids: None when the file names no tokenizer
-        "text": {"tokenizer": runtime.tokenizer_path().name, "max_length": runtime.text_max_length,
-                 "lowercase": runtime.text_lowercase} if runtime.tokenizer_path() is not None else None,
+        # how texts become ids: None when the file names no tokenizer; "unavailable" says why
+        # a named one cannot be used (the model still takes token ids)
+        "text": {"tokenizer": runtime.metadata[contract.META_TOKENIZER], "max_length": runtime.text_max_length,
+                 "lowercase": runtime.text_lowercase, "unavailable": runtime.text_problem}
+        if runtime.metadata.get(contract.META_TOKENIZER) else None,
         "config": cfg.to_dict(),
         "inputs": [s.to_dict() for s in file.inputs],
         "outputs": [s.to_dict() for s in file.outputs],

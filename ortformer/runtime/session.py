@@ -43,6 +43,11 @@ class ProviderFallbackWarning(RuntimeWarning):
     """provider='cuda' with allow_fallback=True ran on the CPU instead."""
 
 
+class TextUnavailableWarning(RuntimeWarning):
+    """The model names a tokenizer that cannot be used (missing beside the model, outside its
+    folder, not a tokenizer): the model opens for token ids, and embed_texts says why not."""
+
+
 class Runtime:
     """Serve an ortformer ONNX model: `Runtime("model.onnx").run(input_ids=[[1, 2, 3]])`.
 
@@ -107,6 +112,8 @@ class Runtime:
         self.output_names: list[str] = [o.name for o in self._session.get_outputs()]
         embeds = {s.name: s.dtype for s in self.model_file.inputs}.get(contract.INPUTS_EMBEDS, "float32")
         self._spec = InputSpec(self.config, tuple(self.input_names), np.dtype(embeds))
+        self.text_problem: str | None = None  # why text input is unavailable, when the tokenizer is unusable
+        self._tokenizer_file: Path | None = None
         self._text_encoder = self._load_text_encoder()
         chunked = self.model_file.chunked
         self._payload = parse_payload(chunked) if chunked else None
@@ -150,20 +157,37 @@ class Runtime:
         return self._spec.main
 
     def tokenizer_path(self) -> Path | None:
-        """The tokenizer file named in the metadata, checked to lie in the model's folder."""
-        return tokenizer_path(self.model_file)
+        """The tokenizer file named in the metadata, checked to lie in the model's folder;
+        None when the model names none or names one that cannot be used (see ``text_problem``)."""
+        return self._tokenizer_file
 
     def _load_text_encoder(self):
-        """The tokenizer named in the metadata, or None (then embed_texts explains why)."""
-        path = self.tokenizer_path()
+        """The tokenizer named in the metadata, or None (then embed_texts explains why).
+
+        A model copied without its tokenizer, or with a broken one, still serves token ids:
+        the problem is kept in ``text_problem``, warned about once, and raised by embed_texts."""
+        try:
+            path = tokenizer_path(self.model_file)
+        except ModelFileError as exc:  # missing, outside the folder, hard-linked: never read
+            return self._text_unavailable(str(exc))
         if path is None:
             return None
         from ..text import TextEncoder
 
         try:
-            return TextEncoder(path, self.text_lowercase)
+            encoder = TextEncoder(path, self.text_lowercase)
         except MissingExtraError:
-            return None  # the model still serves token ids; embed_texts raises the extra's name
+            encoder = None  # the model still serves token ids; embed_texts raises the extra's name
+        except ModelFileError as exc:
+            return self._text_unavailable(str(exc))
+        self._tokenizer_file = path
+        return encoder
+
+    def _text_unavailable(self, reason: str) -> None:
+        self.text_problem = reason
+        warnings.warn(f"text input is unavailable, token ids still work: {reason}", TextUnavailableWarning,
+                      stacklevel=4)
+        return None
 
     @property
     def text_max_length(self) -> int:
@@ -204,6 +228,10 @@ class Runtime:
         if prefix:
             texts = [prefix + text if isinstance(text, str) else text for text in texts]
         if self._text_encoder is None:
+            if self.text_problem is not None:
+                raise ModelFileError(f"{self.path}: text input is unavailable: {self.text_problem}; copy the "
+                                     "model's tokenizer beside it (or re-export it with one), or give token ids "
+                                     "instead (embed() / run(), infer --ids)")
             if self.tokenizer_path() is None:
                 raise InputError(f"{self.path} names no tokenizer ('{contract.META_TOKENIZER}' metadata); "
                                  "export it with a tokenizer (export --tokenizer FILE, or --from a folder that "
