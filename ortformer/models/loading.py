@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
-from .hf.folder import is_hf_folder, read_json, transformer_dir
+from .hf.folder import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
 from .loaded import Loaded
 from .weights import find_weights, weights_source
 
@@ -46,6 +46,11 @@ def load_any(path) -> Loaded:
     if not path.exists():
         raise CheckpointError(f"{path} does not exist; pass a checkpoint folder, a weight file or a Hugging Face folder")
     if path.is_file() and path.name == CONFIG_NAME:
+        path = path.parent
+    if path.is_file() and is_hf_folder(path.parent):  # its config.json is Hugging Face's, not ortformer's
+        if path.name not in HF_WEIGHT_NAMES:
+            raise CheckpointError(f"{path} lies in a Hugging Face folder whose weights are read by name "
+                                  f"({', '.join(HF_WEIGHT_NAMES)} or their shards); pass the folder {path.parent}")
         path = path.parent
     if path.is_dir():
         if is_hf_folder(path):

@@ -365,3 +365,13 @@ def test_load_any_on_a_tiny_bert_folder(tmp_path):
     assert source == f"sha256:{checkpoint_digest(folder / 'model.safetensors')}"
     assert tokenizer == folder / "tokenizer.json"
     assert _max_error(model, reference) <= MAX_ABS
+
+
+def test_a_weight_file_inside_a_hugging_face_folder_loads_the_folder(tmp_path):
+    folder, reference = _tiny_hf(tmp_path / "hf")
+    for path in (folder / "model.safetensors", folder / "config.json"):
+        loaded = load_any(path)
+        assert loaded.family == "bert" and _max_error(loaded.model, reference) <= MAX_ABS
+    shutil.copy(folder / "model.safetensors", folder / "other.safetensors")
+    with pytest.raises(CheckpointError, match="pass the folder"):
+        load_any(folder / "other.safetensors")
