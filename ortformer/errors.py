@@ -56,10 +56,11 @@ class MissingExtraError(OrtformerError, ImportError):
         self.extra = extra
 
 
-def require_torch(feature: str):
-    """Import torch or raise MissingExtraError naming the extra to install."""
+def require_torch(feature: str, extra: str = "export"):
+    """Import torch or raise MissingExtraError naming the extra to install (``extra``: the
+    feature's own group, e.g. "bench", which pulls in export)."""
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - exercised in a torch-free venv
-        raise MissingExtraError(feature, "export", "torch") from exc
+        raise MissingExtraError(feature, extra, "torch") from exc
     return torch

@@ -5,6 +5,7 @@ imported when a TextEncoder is made, so importing this module never fails.
 """
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from pathlib import Path
@@ -43,6 +44,17 @@ def check_texts(texts) -> list[str]:
     return list(texts)
 
 
+def _why_not_a_tokenizer(path: Path, exc: Exception) -> str:
+    """The tokenizers library reports a valid JSON file that is no tokenizer as a JSON syntax
+    error (its parser expects its own fields); say which of the two it is."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return str(exc)  # unreadable or not JSON: the library's message says where
+    return (f"the file is JSON but not a tokenizer.json as the tokenizers library writes it "
+            f"(tokenizers: {exc}); give the model's tokenizer.json")
+
+
 class TextEncoder:
     """A tokenizer.json loaded with ``tokenizers.Tokenizer.from_file``.
 
@@ -58,7 +70,7 @@ class TextEncoder:
         try:
             self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
         except Exception as exc:  # missing file, bad JSON, unknown model type: all surface as Exception
-            raise ModelFileError(f"cannot load tokenizer {self.path}: {exc}") from None
+            raise ModelFileError(f"cannot load tokenizer {self.path}: {_why_not_a_tokenizer(self.path, exc)}") from None
         padding = self._tokenizer.padding or {}
         pad_token = self._tokenizer.token_to_id("[PAD]")
         self.pad_id: int = padding.get("pad_id", pad_token if pad_token is not None else 0)

@@ -76,7 +76,7 @@ def inputs(tmp_path_factory):
         shutil.copy(real / name, bert / name)
     shutil.copytree(real / "1_Pooling", bert / "1_Pooling")
     loaded = load_any(bert)
-    export(loaded.model, folder / "minilm.onnx", parity=False, tokenizer=loaded.tokenizer, source=loaded.source)
+    export(loaded.model, folder / "minilm.onnx", parity=False, **loaded.export_options())
     for name in MODEL_NAMES:  # the same model under each name the examples use
         shutil.copy(folder / "minilm.onnx", folder / name)
         shutil.copy(folder / "minilm.tokenizer.json", folder / f"{Path(name).stem}.tokenizer.json")

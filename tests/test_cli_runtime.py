@@ -80,6 +80,17 @@ def test_infer_with_mask_matches_run(tokens_model, rt):
     np.testing.assert_allclose(single, out[1:], atol=1e-6, rtol=0)
 
 
+def test_infer_reads_a_mask_file_beside_an_npy_input(tokens_model, rt, tmp_path):
+    ids, mask = np.array([[1, 2, 3], [4, 5, 0]]), np.array([[1, 1, 1], [1, 1, 0]])
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "mask.npy", mask)
+    (tmp_path / "mask.json").write_text(json.dumps(mask.tolist()))
+    want = rt.run(input_ids=ids, attention_mask=mask)["sentence_embedding"]
+    for mask_file in ("mask.npy", "mask.json"):
+        out = json.loads(invoke("infer", tokens_model, "--input", tmp_path / "ids.npy", "--mask", tmp_path / mask_file).stdout)
+        np.testing.assert_allclose(out, want, atol=1e-6, rtol=0)
+
+
 def test_infer_files_and_npy(tokens_model, rt, tmp_path):
     ids = np.array([[3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14]])
     want = rt.embed(ids.tolist())

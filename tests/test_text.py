@@ -102,6 +102,10 @@ def test_unreadable_tokenizer_file(tmp_path):
         TextEncoder(tmp_path / "tokenizer.json")
     with pytest.raises(ModelFileError, match="cannot load tokenizer"):
         TextEncoder(tmp_path / "missing.json")
+    # valid JSON that is no tokenizer: the library calls it a syntax error, the message says what it is
+    (tmp_path / "other.json").write_text('{"not": "a tokenizer"}')
+    with pytest.raises(ModelFileError, match="JSON but not a tokenizer.json"):
+        TextEncoder(tmp_path / "other.json")
 
 
 def test_missing_tokenizers_extra(monkeypatch):

@@ -13,7 +13,7 @@ SCENARIO_NAMES = ("latency", "throughput", "long", "real")
 @click.command("bench")
 @click.option("--scenario", "scenarios", multiple=True, type=click.Choice(SCENARIO_NAMES),
               help="Scenario to run (repeatable; default all).")
-@click.option("--quick", is_flag=True, help="Tiny models and few iterations: checks the pipeline in under a minute.")
+@click.option("--quick", is_flag=True, help="Tiny models and few iterations: checks the pipeline in about a minute.")
 @threads_option("Threads for both torch and onnxruntime (default: all cores).")
 @click.option("--iterations", type=click.IntRange(min=1), help="Timed runs per contender (default 20, quick 3).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
@@ -47,7 +47,7 @@ def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
     for name in ("bench.json", "bench_long.png"):
         if (out / name).exists() and not force:
             raise CliError(f"{out / name} already exists; pass --force to replace it")
-    require_torch("ortformer bench")
+    require_torch("ortformer bench", "bench")
     from ..bench.run import format_table, run_bench
 
     names = list(scenarios) or (["latency", "throughput", "long"] if quick else list(SCENARIO_NAMES))

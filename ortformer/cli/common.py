@@ -3,9 +3,11 @@ argument and a quiet onnxruntime logger."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -48,6 +50,9 @@ class GuardedGroup(click.Group):
             if (ctx.obj or {}).get("debug"):
                 raise
             raise CliError(cli_spelling(str(exc))) from exc
+        except BrokenPipeError:  # the reader left (`ortformer info m.onnx | head -1`): nothing to say
+            _silence_stdout()
+            ctx.exit(1)
         except OSError as exc:  # a file the checks could not foresee (a disk filling up, a race)
             if (ctx.obj or {}).get("debug"):
                 raise
@@ -57,6 +62,15 @@ class GuardedGroup(click.Group):
             if (ctx.obj or {}).get("debug"):
                 raise
             raise CliError("out of memory; try a smaller input, batch or model") from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's flush at exit does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no real file descriptor (tests, embedding apps)
+        pass
 
 
 def human_size(n: int) -> str:

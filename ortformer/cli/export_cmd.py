@@ -177,7 +177,8 @@ def architecture_options(func):
 @click.option("--opset", type=int, default=None, help="ONNX opset (default 18; see docs).")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help=f"float16 weights and activations (for CUDA), gated on cosine >= {GATES['float16']['min_cosine']}.")
-@click.option("--quantize", type=click.Choice(["int8"]), help=f"int8 dynamic quantization of the weight MatMuls, gated on cosine >= {GATES['int8']['min_cosine']}.")
+@click.option("--quantize", type=click.Choice(["int8"]), help=f"int8 weight MatMuls with per-row (per-token) dynamic scales, so a row never depends on its batch; "
+                   f"gated on cosine >= {GATES['int8']['min_cosine']}.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")

@@ -40,19 +40,32 @@ def _read_input(ids: str | None, input_file: str | None):
         return data
     if input_file is None:
         return None
-    path = Path(input_file)
+    return _read_array_file(Path(input_file), "--input")
+
+
+def _read_array_file(path: Path, option: str):
+    """A .npy array (never a pickle) or a .json nested list from ``path``."""
     if path.suffix == ".npy":
         try:
             return np.load(path, allow_pickle=False)  # pickles can run code: never
         except (ValueError, OSError) as exc:
-            raise CliError(f"--input {path} is not a readable .npy array: {exc}") from None
+            raise CliError(f"{option} {path} is not a readable .npy array: {exc}") from None
     if path.suffix == ".json":
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            raise CliError(f"--input {path} is not UTF-8 JSON: {exc}") from None
-        return _parse_json(text, f"--input {path}")
-    raise click.BadParameter(f"{path.name!r} must end in .json or .npy", param_hint="--input")
+            raise CliError(f"{option} {path} is not UTF-8 JSON: {exc}") from None
+        except OSError as exc:
+            raise CliError(f"{option} {path} cannot be read: {exc.strerror or exc}") from None
+        return _parse_json(text, f"{option} {path}")
+    raise click.BadParameter(f"{path.name!r} must end in .json or .npy", param_hint=option)
+
+
+def _read_mask(mask: str):
+    """--mask: JSON text, or a .npy / .json file (as --input takes) when it names one."""
+    if mask.endswith((".npy", ".json")) and Path(mask).is_file():
+        return _read_array_file(Path(mask), "--mask")
+    return _parse_json(mask, "--mask")
 
 
 def _read_texts(texts: tuple[str, ...], text_file: str | None) -> list[str] | None:
@@ -164,7 +177,8 @@ def _jsonable(result):
 @click.option("--ids", help="Token ids as JSON: one list, or a list of lists (ragged is fine without --mask).")
 @click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False),
               help="Input file: .json (like --ids) or .npy (int ids (B, N), or float features (B, N, F)).")
-@click.option("--mask", help="attention_mask as JSON (B, N) of 0/1; needs a rectangular input.")
+@click.option("--mask", help="attention_mask (B, N) of 0/1, as JSON text or a .npy / .json file; "
+                              "needs a rectangular input.")
 @click.option("--text", "texts", multiple=True, help="A text to embed with the model's tokenizer (repeatable).")
 @click.option("--text-file", type=click.Path(exists=True, dir_okay=False), help="Texts to embed, one per line.")
 @click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
@@ -238,7 +252,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, prov
     if ids is not None or input_file is not None:
         batch = _as_batch(data, runtime)
         if mask is not None:
-            mask = _parse_json(mask, "--mask")
+            mask = _read_mask(mask)
             mask = [mask] if batch is not data else mask  # a single sequence's mask, wrapped alike
         if out and fmt == "npy" and output == contract.LAST_HIDDEN_STATE and _rectangular(batch, runtime):
             _infer_to_memmap(runtime, batch, mask, batch_size, out)
@@ -297,6 +311,12 @@ def info(ctx, model, as_json, sequence_length):
             click.echo(f"{label if i == 0 else '':<11} {s['name']} {s['dtype']} [{', '.join(map(str, s['shape']))}]")
     if report.get("family"):
         click.echo(f"family      {report['family']} (imported from Hugging Face)")
+    optimized = report.get("optimized")
+    if optimized:
+        current = "" if optimized.get("onnxruntime") == onnxruntime.__version__ else \
+            f"; this is onnxruntime {onnxruntime.__version__}, so sessions rewrite it again"
+        click.echo(f"optimized   offline for {optimized.get('provider')} with onnxruntime "
+                   f"{optimized.get('onnxruntime')}{current}")
     text = report.get("text")
     if text and text.get("unavailable"):
         click.echo(f"text        unavailable (token ids still work): {text['unavailable']}")

@@ -137,7 +137,7 @@ def export_steps(*, quantize: str | None = None, parity: bool = True) -> list[st
     """The progress messages export() sends, in order, for these arguments (export() walks
     this list, so a caller counting steps, e.g. the CLI's [n/total], cannot drift from it)."""
     return ["tracing with torch.onnx.export (dynamo)", "writing",
-            *(["int8 dynamic quantization"] if quantize == "int8" else []),
+            *(["int8 quantization (per-row scales, calibrated)"] if quantize == "int8" else []),
             "onnx.checker (full)", *(["parity gate against eager PyTorch"] if parity else [])]
 
 
@@ -165,7 +165,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     chunked: for float32 linear-family models, also write the chunk stages that let the
         runtime run sequences of any length chunk by chunk (and stream causal models);
         gated on cases longer than one chunk.
-    dtype / quantize: "float16" weights and activations, or "int8" dynamic quantization;
+    dtype / quantize: "float16" weights and activations, or "int8" (exporter/int8.py: per-row scales);
         both gated on cosine against the float32 eager model.
     """
     report_progress = progress or (lambda message: None)
@@ -249,7 +249,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if tokenizer is not None:
             staged.add_side_file(Path(tokenizer), tokenizer_name)
         if quantize == "int8":
-            step()  # int8 dynamic quantization
+            step()  # int8 quantization
             quantized = staged.path.with_name("int8.onnx")
             record = quantize_int8(staged.path, quantized, cfg, Path(tokenizer) if tokenizer is not None else None,
                                    text_lowercase)

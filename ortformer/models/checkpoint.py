@@ -43,7 +43,8 @@ def _config_from(folder: Path, metadata: dict[str, str], explicit: EncoderConfig
             "(a partly replaced checkpoint?); save the checkpoint again"
         )
     if from_file is None and from_meta is None:
-        raise CheckpointError(f"no config for the checkpoint in {folder}: {CONFIG_NAME} is missing; pass config=")
+        raise CheckpointError(f"no config for the checkpoint in {folder}: {CONFIG_NAME} is missing; "
+                              f"put the model's config there (or pass config= to load_checkpoint)")
     return from_file or from_meta
 
 

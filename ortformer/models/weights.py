@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import struct
+import warnings
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -108,7 +109,9 @@ def read_pickle(path: Path) -> Tensors:
     that could run code when loaded) is refused, never loaded another way.
     """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on pickle protocols: the error below says what matters
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise CheckpointError(
             f"{path} cannot be read with torch.load(weights_only=True): {_pickle_reason(exc).rstrip('.')}. "
@@ -249,13 +252,13 @@ def check_tensors(found: Mapping[str, torch.Tensor], expected: Mapping[str, tupl
     problems = []
     duplicates = sorted(set(duplicates))
     if duplicates:
-        problems.append(f"duplicate names ({len(duplicates)}): {', '.join(duplicates)}")
+        problems.append(f"duplicate names ({len(duplicates)}): {_first(duplicates, ', ')}")
     missing = sorted(set(expected) - set(found))
     if missing:
-        problems.append(f"missing ({len(missing)}): {', '.join(missing)}")
+        problems.append(f"missing ({len(missing)}): {_first(missing, ', ')}")
     unexpected = sorted(set(found) - set(expected))
     if unexpected:
-        problems.append(f"unexpected ({len(unexpected)}): {', '.join(unexpected)}")
+        problems.append(f"unexpected ({len(unexpected)}): {_first(unexpected, ', ')}")
     shapes, kinds, non_finite = [], [], []
     for name in sorted(set(found) & set(expected)):
         tensor = found[name]
@@ -268,14 +271,20 @@ def check_tensors(found: Mapping[str, torch.Tensor], expected: Mapping[str, tupl
             if bad:
                 non_finite.append(f"{name} has {bad} NaN/inf value(s)")
     if shapes:
-        problems.append(f"wrong shape ({len(shapes)}): {'; '.join(shapes)}")
+        problems.append(f"wrong shape ({len(shapes)}): {_first(shapes, '; ')}")
     if kinds:
         valid = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        problems.append(f"wrong dtype ({len(kinds)}, valid: {valid}): {'; '.join(kinds)}")
+        problems.append(f"wrong dtype ({len(kinds)}, valid: {valid}): {_first(kinds, '; ')}")
     if non_finite:
-        problems.append(f"non-finite ({len(non_finite)}): {'; '.join(non_finite)}")
-    if problems:
-        raise CheckpointError(f"{what} fails the checks against its config:\n  " + "\n  ".join(problems))
+        problems.append(f"non-finite ({len(non_finite)}): {_first(non_finite, '; ')}")
+    if problems:  # one line, like every error: the CLI prints it as `error: ...`
+        raise CheckpointError(f"{what} fails the checks against its config: " + " | ".join(problems))
+
+
+def _first(items: list[str], sep: str, shown: int = 12) -> str:
+    """The first ``shown`` items joined; the rest counted (a wrong config can mismatch hundreds)."""
+    more = f"{sep}... and {len(items) - shown} more" if len(items) > shown else ""
+    return sep.join(items[:shown]) + more
 
 
 def shapes_of(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:

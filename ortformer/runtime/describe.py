@@ -11,6 +11,7 @@ from .. import contract
 from ..checks import check_int
 from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
 from .providers import cuda_failure_reason
+from .optimize import META_OPTIMIZED
 from .session import Runtime, TextUnavailableWarning
 
 DEFAULT_FLOPS_SEQUENCE = 128
@@ -24,7 +25,7 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
     really loads is seen, not guessed). Keys: path, files {path: bytes}, format, version,
     source, config, inputs, outputs, parameters {total, per part}, flops {sequence_length,
     total, per part}, parity, providers {available, usable, cuda_unusable_reason}, family,
-    prompts, text {tokenizer, max_length, lowercase, unavailable} and int8.
+    prompts, text {tokenizer, max_length, lowercase, unavailable}, int8 and optimized.
     """
     with warnings.catch_warnings():  # an unusable tokenizer is reported under "text" instead
         warnings.simplefilter("ignore", TextUnavailableWarning)
@@ -56,9 +57,19 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "parity": runtime.parity,
         # int8 files: the scheme and the weight MatMuls kept in float, with why (validated on read)
         "int8": json.loads(runtime.metadata[contract.META_INT8]) if contract.META_INT8 in runtime.metadata else None,
+        # files from `ortformer optimize`: the onnxruntime and provider they were optimized for
+        "optimized": _optimized(runtime.metadata),
         "providers": {
             "available": onnxruntime.get_available_providers(),
             "usable": usable,
             "cuda_unusable_reason": None if "cuda" in usable else cuda_failure_reason(0),
         },
     }
+
+
+def _optimized(metadata: dict[str, str]) -> dict | None:
+    try:
+        record = json.loads(metadata[META_OPTIMIZED]) if META_OPTIMIZED in metadata else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None

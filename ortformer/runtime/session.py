@@ -240,7 +240,9 @@ class Runtime:
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
         length = self.text_max_length if max_length is None else max_length
-        check_int("max_length", length, high=self.config.max_sequence)
+        special = self._text_encoder.num_special_tokens
+        check_int("max_length", length, low=special + 1, high=self.config.max_sequence,
+                  why=f" (the tokenizer adds {special} special tokens; max_sequence is the longest the model takes)")
         ids, _, _ = self._text_encoder.encode(texts, length)
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens)
 

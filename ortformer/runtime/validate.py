@@ -50,6 +50,9 @@ def as_array(name: str, value: Any) -> np.ndarray:
             f"{name} is ragged (rows of different lengths or depths) or not numeric; "
             "give a rectangular array: pad rows to one length and pass attention_mask"
         ) from None
+    if array.dtype.kind in "US":  # embed(["hello"]), run(input_ids="hello")
+        raise InputError(f"{name} holds text, not numbers; token ids come from a tokenizer: use embed_texts(...) "
+                         "(infer --text) with a model exported with its tokenizer, or tokenize first")
     if array.dtype == object:
         raise InputError(f"{name} is ragged or holds non-numbers (or integers beyond int64); give a rectangular numeric array")
     return array

@@ -172,6 +172,13 @@ def test_missing_unexpected_and_misshaped_are_all_listed(tmp_path):
     for expected in ("missing (2)", "blocks.0.ffn.up.bias", "norm.weight", "unexpected (1)", "extra.weight",
                      "wrong shape (1)", "blocks.1.attention.qkv.weight is (95, 32), expected (96, 32)"):
         assert expected in message
+    assert "\n" not in message  # one line, as the CLI prints every error
+
+
+def test_a_long_list_of_problems_is_cut(tmp_path):
+    state = {f"stray.{i}": torch.zeros(1) for i in range(40)} | _state()
+    with pytest.raises(CheckpointError, match=r"unexpected \(40\): stray\.0, .*\.\.\. and 28 more"):
+        load_checkpoint(_write(tmp_path, state))
 
 
 def test_wrong_dtype(tmp_path):

@@ -21,6 +21,8 @@ def test_optimized_model_matches_and_is_fused(tokens_model, tmp_path, rng):
     original, optimized = Runtime(tokens_model, "cpu"), Runtime(out, "cpu")
     assert optimized_for_cpu(optimized.model_file) and not optimized_for_cpu(original.model_file)
     assert json.loads(optimized.metadata[META_OPTIMIZED])["provider"] == "cpu"
+    shown = CliRunner().invoke(cli, ["info", str(out)]).stdout
+    assert "optimized   offline for cpu" in shown and "optimized " not in CliRunner().invoke(cli, ["info", str(tokens_model)]).stdout
     assert optimized.config == original.config and optimized.source == original.source
     ids = rng.integers(0, original.config.vocab_size, (3, 11))
     for name, value in original.run(input_ids=ids).items():

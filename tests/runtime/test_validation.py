@@ -13,7 +13,8 @@ TOKEN_CASES = {
     "missing ids": (dict(attention_mask=ok_mask), ["input_ids is required"]),
     "float ids": (dict(input_ids=[[1.0, 2.0]]), ["input_ids has dtype float64", "integer dtype"]),
     "bool ids": (dict(input_ids=np.ones((1, 2), bool)), ["input_ids has dtype bool"]),
-    "string ids": (dict(input_ids=[["a", "b"]]), ["input_ids has dtype <U1"]),
+    "string ids": (dict(input_ids=[["a", "b"]]), ["input_ids holds text", "embed_texts"]),
+    "a text as ids": (dict(input_ids="hello"), ["input_ids holds text", "embed_texts"]),
     "uint64 ids": (dict(input_ids=np.ones((1, 2), np.uint64)), ["input_ids has dtype uint64", "fits int64"]),
     "rank 1": (dict(input_ids=[1, 2, 3]), ["input_ids must be 2-D", "got shape (3,)"]),
     "rank 3": (dict(input_ids=np.ones((1, 2, 3), np.int64)), ["input_ids must be 2-D"]),
@@ -81,6 +82,11 @@ def test_token_model_refuses(tokens_rt, tokens_good, case):
 def test_feature_model_refuses(features_rt, features_good, case):
     kwargs, fragments = FEATURE_CASES[case]
     check_refused_then_healthy(features_rt, kwargs, fragments, features_good)
+
+
+def test_embed_points_text_to_embed_texts(tokens_rt):
+    with pytest.raises(InputError, match="sequence 0 holds text.*embed_texts"):
+        tokens_rt.embed(["hello"])
 
 
 def test_model_without_token_types_refuses_them(nopool_rt):
