@@ -375,3 +375,12 @@ def test_a_weight_file_inside_a_hugging_face_folder_loads_the_folder(tmp_path):
     shutil.copy(folder / "model.safetensors", folder / "other.safetensors")
     with pytest.raises(CheckpointError, match="pass the folder"):
         load_any(folder / "other.safetensors")
+
+
+@pytest.mark.parametrize("act,mapped", [("gelu_python", "gelu"), ("gelu_fast", "gelu_tanh"),
+                                        ("gelu_accurate", "gelu_tanh")])
+def test_other_spellings_of_gelu_match_transformers(tmp_path, act, mapped):
+    folder, reference = _tiny_hf(tmp_path, hidden_act=act)
+    imported = load_bert(folder)
+    assert imported.config.activation == mapped
+    assert _max_error(imported.model, reference) <= MAX_ABS

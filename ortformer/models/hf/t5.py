@@ -32,13 +32,12 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
+from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, require
 
 MODEL_TYPES = ("t5", "mt5")
-# feed_forward_proj's activation (after "gated-") -> ortformer activation; transformers turns
-# "gated-gelu" into gelu_new, the tanh approximation
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "silu": "silu", "swish": "silu"}
+# feed_forward_proj's activation (after "gated-") maps as BERT's hidden_act (ACTIVATIONS);
+# transformers turns "gated-gelu" into gelu_new, the tanh approximation
 DROPPED_PREFIXES = ("decoder.", "lm_head.", "classification_head.", "classifier.", "qa_outputs.")
 # T5For{Sequence,Token}Classification keep the base model under this prefix
 BASE_PREFIX = "transformer."
