@@ -226,3 +226,18 @@ def test_a_model_without_a_usable_tokenizer_still_serves_ids(tmp_path, damage):
     assert json.loads(invoke("infer", model, "--ids", "[[101, 102]]").stdout)
     assert "text input is unavailable" in fail("infer", model, "--text", "a sentence")
     assert "unavailable (token ids still work)" in invoke("info", model).stdout
+
+
+def test_export_says_why_an_older_tokenizer_is_not_shipped(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "bert"
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=24)
+    transformers.BertModel(config).eval().save_pretrained(str(folder))
+    shutil.copy(minilm_tokenizer().parent / "vocab.txt", folder / "vocab.txt")
+    out = invoke("export", "--from", folder, "-o", tmp_path / "b.onnx", "--no-parity").stdout
+    assert "holds vocab.txt but no tokenizer.json" in out
+    shutil.copy(minilm_tokenizer(), folder / "tokenizer.json")
+    summary = json.loads(invoke("export", "--from", folder, "-o", tmp_path / "b.onnx", "--no-parity", "--force",
+                                "--json").stdout)
+    assert summary["text_note"] is None and "b.tokenizer.json" in " ".join(summary["files"])

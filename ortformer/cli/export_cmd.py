@@ -237,13 +237,15 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, export_steps
 
-    options, dropped = {}, ()
+    options, dropped, text_note = {}, (), None
     subject = cfg
     if from_path:
         from ..models import load_any
+        from ..models.hf.folder import missing_tokenizer_note
 
         loaded = load_any(from_path)
         subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
+        text_note = None if tokenizer else missing_tokenizer_note(from_path)
     options["tokenizer"] = tokenizer or options.get("tokenizer")
     if lowercase_texts is not None:
         if options["tokenizer"] is None:
@@ -274,6 +276,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
         "inputs": written["inputs"], "outputs": written["outputs"],
         "config": cfg.to_dict(), "parity": result.report,
         "dropped": list(dropped),  # imported tensors an encoder does not use (task heads, decoders)
+        "text_note": text_note,  # why a folder with an older-format tokenizer exports for token ids only
     }
     if as_json:
         echo_json(summary)
@@ -285,6 +288,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
     click.echo(f"  files:   {', '.join(Path(f).name for f in summary['files'])}")
     if dropped:
         click.echo(f"  dropped: {len(dropped)} tensor(s) an encoder does not use: {_name_groups(dropped)}")
+    if text_note:
+        click.echo(f"  text:    none: {text_note}")
     parity_text = "skipped (--no-parity)" if result.report.get("skipped") else format_report(result.report)
     click.echo(f"  parity:  {parity_text}")
     click.echo(f"  time:    {result.seconds:.1f} s")

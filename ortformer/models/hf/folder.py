@@ -329,6 +329,29 @@ def refuse(hf: dict, key: str, supported: tuple, default=None, what: str = "") -
                               f"ortformer implements {', '.join(map(repr, supported))}")
 
 
+# tokenizer files of older saves (WordPiece / BPE vocabularies, sentencepiece models): the
+# tokenizers library reads tokenizer.json only, which transformers writes beside them
+LEGACY_TOKENIZER_FILES = ("vocab.txt", "vocab.json", "merges.txt", "spm.model", "spiece.model",
+                          "sentencepiece.bpe.model", "tokenizer.model")
+
+
+def missing_tokenizer_note(folder) -> str | None:
+    """Why a folder without tokenizer.json exports for token ids only, when it holds a
+    tokenizer in an older format; None when it has tokenizer.json or nothing of the kind."""
+    root = Path(folder)
+    if not root.is_dir():
+        return None
+    model_dir = transformer_dir(root)
+    if find_tokenizer(model_dir, root) is not None:
+        return None
+    found = sorted({name for d in (model_dir, root) for name in LEGACY_TOKENIZER_FILES if (d / name).is_file()})
+    if not found:
+        return None
+    return (f"{root} holds {', '.join(found)} but no tokenizer.json, so the model takes token ids only; "
+            f"write one with transformers (AutoTokenizer.from_pretrained(FOLDER).save_pretrained(FOLDER)) "
+            f"and export again, or pass --tokenizer")
+
+
 def find_tokenizer(model_dir: Path, root: Path) -> Path | None:
     """tokenizer.json in the Transformer module's folder, else the root, else None."""
     return next((d / TOKENIZER_NAME for d in (model_dir, root) if (d / TOKENIZER_NAME).is_file()), None)
