@@ -234,9 +234,9 @@ def test_export_says_why_an_older_tokenizer_is_not_shipped(tmp_path):
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                      intermediate_size=48, max_position_embeddings=24)
     transformers.BertModel(config).eval().save_pretrained(str(folder))
-    shutil.copy(minilm_tokenizer().parent / "vocab.txt", folder / "vocab.txt")
+    (folder / "spiece.model").write_bytes(b"a sentencepiece model, which ortformer does not convert")
     out = invoke("export", "--from", folder, "-o", tmp_path / "b.onnx", "--no-parity").stdout
-    assert "holds vocab.txt but no tokenizer.json" in out
+    assert "holds spiece.model but no tokenizer.json" in out
     shutil.copy(minilm_tokenizer(), folder / "tokenizer.json")
     summary = json.loads(invoke("export", "--from", folder, "-o", tmp_path / "b.onnx", "--no-parity", "--force",
                                 "--json").stdout)

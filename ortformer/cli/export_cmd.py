@@ -245,7 +245,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
 
         loaded = load_any(from_path)
         subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
-        text_note = None if tokenizer else missing_tokenizer_note(from_path)
+        text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(from_path)
     options["tokenizer"] = tokenizer or options.get("tokenizer")
     if lowercase_texts is not None:
         if options["tokenizer"] is None:

@@ -298,7 +298,10 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
-    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
+    from .wordpiece import built_tokenizer  # it reads configs through this module
+
+    tokenizer = find_tokenizer(model_dir, root) or built_tokenizer(model_dir, root, family)
+    return Loaded(model, weights_source(*files), tokenizer, max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt)
 
@@ -342,7 +345,7 @@ def missing_tokenizer_note(folder) -> str | None:
     if not root.is_dir():
         return None
     model_dir = transformer_dir(root)
-    if find_tokenizer(model_dir, root) is not None:
+    if find_tokenizer(model_dir, root) is not None:  # (callers also ask only when none was built from vocab.txt)
         return None
     found = sorted({name for d in (model_dir, root) for name in LEGACY_TOKENIZER_FILES if (d / name).is_file()})
     if not found:

