@@ -73,3 +73,35 @@ def test_other_wordpiece_families_and_bad_vocabularies(tmp_path):
     (folder / "vocab.txt").write_text("\n".join(t for t in lines if t != "[SEP]"), encoding="utf-8")
     with pytest.raises(CheckpointError, match=r"lacks the special token\(s\) \['\[SEP\]'\]"):
         load_any(folder)
+
+
+def byte_bpe_files(folder, specials=("<s>", "<pad>", "</s>", "<unk>", "<mask>")):
+    """vocab.json + merges.txt of a small byte-level BPE trained here on real sentences."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from ortformer.corpus import sentences
+
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator(sentences(400), vocab_size=600, special_tokens=list(specials))
+    folder.mkdir(parents=True, exist_ok=True)
+    trainer.save_model(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("settings", [None, {"add_prefix_space": True}, {"trim_offsets": False}])
+def test_roberta_vocab_and_merges_match_transformers(tmp_path, settings):
+    config = transformers.RobertaConfig(vocab_size=600, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                        intermediate_size=48, max_position_embeddings=130, pad_token_id=1)
+    folder = save_hf(transformers.RobertaModel, config, tmp_path / "roberta")
+    byte_bpe_files(folder)
+    if settings is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    loaded = load_any(folder)
+    assert loaded.tokenizer is not None
+    texts = TEXTS + ["<mask> at the start", "ends with <mask>", "spaces   inside  "]
+    ours, _, _ = TextEncoder(loaded.tokenizer).encode(texts, 10_000)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert ours == [theirs(t)["input_ids"] for t in texts]
+    (folder / "merges.txt").write_text("#version: 0.2\na b c\n")
+    with pytest.raises(CheckpointError, match="not a merge 'a b'"):
+        load_any(folder)

@@ -1,0 +1,169 @@
+"""tokenizer.json for folders saved with only a vocabulary (older transformers).
+
+Runtime reads texts through the tokenizers library, which loads tokenizer.json only. A
+vocabulary plus tokenizer_config.json describe the same tokenizer completely:
+
+BERT, DistilBERT, ELECTRA (``vocab.txt``):
+    normalizer      BertNormalizer(clean_text, handle_chinese_chars = tokenize_chinese_chars,
+                                   strip_accents, lowercase = do_lower_case)
+    pre-tokenizer   BertPreTokenizer (whitespace and punctuation splits)
+    model           WordPiece(vocab, unk_token, continuing prefix "##", 100 chars per word)
+    post-processor  [CLS] $A [SEP]  (pairs: [CLS] $A [SEP] $B:1 [SEP]:1)
+RoBERTa (``vocab.json`` + ``merges.txt``):
+    pre-tokenizer   ByteLevel(add_prefix_space), no normalizer
+    model           BPE(vocab, merges), no subword prefix or suffix
+    post-processor  <s> $A </s>  (RobertaProcessing, offsets trimmed)
+
+with transformers' defaults where the config is silent. The file is built once per set of
+inputs into a temporary folder that lives as long as the process; export copies it beside
+the model.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from ...errors import CheckpointError
+from .folder import read_json
+
+WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                      "mask_token": "[MASK]"}
+ROBERTA_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>",
+                    "mask_token": "<mask>"}
+_built: dict[str, Path] = {}  # digest of the files read -> the tokenizer.json built from them
+
+
+def _text(value) -> str | None:
+    """A special token as tokenizer configs write it: a string or {"content": string, ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _settings(folder: Path, special_defaults: dict[str, str], flags: tuple[tuple[str, bool | None], ...]) -> dict:
+    """tokenizer_config.json over special_tokens_map.json over transformers' defaults."""
+    config, specials = {}, {}
+    for name, into in (("special_tokens_map.json", specials), ("tokenizer_config.json", config)):
+        if (folder / name).is_file():
+            into.update(read_json(folder / name))
+    settings = {key: _text(config.get(key)) or _text(specials.get(key)) or default
+                for key, default in special_defaults.items()}
+    for key, default in flags:
+        value = config.get(key, default)
+        if value is not None and not isinstance(value, bool):
+            raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be true, false or null")
+        settings[key] = value
+    added = config.get("added_tokens_decoder") or {}
+    settings["added"] = [(entry["content"], bool(entry.get("special")), bool(entry.get("normalized", False)))
+                         for entry in added.values() if isinstance(entry, dict) and _text(entry.get("content"))]
+    return settings
+
+
+def _add_specials(tokenizer, s: dict, special_keys, vocab: dict[str, int]) -> None:
+    """The special tokens present in the vocabulary, then the config's added tokens."""
+    from tokenizers import AddedToken
+
+    specials = [s[k] for k in special_keys if s[k] in vocab]
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    for content, special, normalized in s["added"]:
+        if content not in specials:
+            tokenizer.add_tokens([AddedToken(content, special=special, normalized=normalized)])
+
+
+def _require_specials(folder: Path, s: dict, vocab: dict[str, int], keys=("unk_token", "cls_token", "sep_token")):
+    missing = [s[k] for k in keys if s[k] not in vocab]
+    if missing:
+        raise CheckpointError(f"the vocabulary in {folder} lacks the special token(s) {missing} its tokenizer config names")
+
+
+def wordpiece_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer that ``folder``'s vocab.txt and tokenizer_config.json describe."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    try:
+        lines = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"cannot read {folder / 'vocab.txt'}: {exc}") from None
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's last newline ends the last token, it starts none
+    vocab = {token.rstrip("\r"): index for index, token in enumerate(lines)}  # a repeated token keeps its last id
+    s = _settings(folder, WORDPIECE_SPECIALS,
+                  (("do_lower_case", True), ("tokenize_chinese_chars", True), ("strip_accents", None)))
+    _require_specials(folder, s, vocab)
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token=s["unk_token"], max_input_chars_per_word=100))
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=s["tokenize_chinese_chars"],
+                                                      strip_accents=s["strip_accents"], lowercase=s["do_lower_case"])
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    cls, sep = s["cls_token"], s["sep_token"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    _add_specials(tokenizer, s, WORDPIECE_SPECIALS, vocab)
+    return tokenizer
+
+
+def byte_bpe_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer that ``folder``'s vocab.json, merges.txt and tokenizer_config.json describe."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+    from tokenizers.models import BPE
+
+    try:
+        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        lines = (folder / "merges.txt").read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"cannot read the vocabulary in {folder}: {exc}") from None
+    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+        raise CheckpointError(f"{folder / 'vocab.json'} must map tokens to integer ids")
+    # "#version: ..." heads the file; every other line is one merge "a b"
+    merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
+    bad = [i for i, m in enumerate(merges) if len(m) != 2]
+    if bad:
+        raise CheckpointError(f"{folder / 'merges.txt'}: {len(bad)} line(s) are not a merge 'a b' (first: {merges[bad[0]]!r})")
+    s = _settings(folder, ROBERTA_SPECIALS, (("add_prefix_space", False), ("trim_offsets", True)))
+    _require_specials(folder, s, vocab, ("cls_token", "sep_token"))
+    tokenizer = Tokenizer(BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=s["add_prefix_space"])
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.RobertaProcessing(
+        (s["sep_token"], vocab[s["sep_token"]]), (s["cls_token"], vocab[s["cls_token"]]),
+        trim_offsets=s["trim_offsets"], add_prefix_space=s["add_prefix_space"])
+    _add_specials(tokenizer, s, ROBERTA_SPECIALS, vocab)
+    return tokenizer
+
+
+# model_type family -> (builder, the files it reads besides the tokenizer configs)
+BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpiece_tokenizer, ("vocab.txt",)),
+            "electra": (wordpiece_tokenizer, ("vocab.txt",)),
+            "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt"))}
+
+
+def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None:
+    """A tokenizer.json built from the folder's vocabulary (see the module docstring) for the
+    families above, when the tokenizers library is installed; None otherwise."""
+    build, needed = BUILDERS.get(model_type, (None, ()))
+    folder = next((d for d in (model_dir, root) if needed and all((d / n).is_file() for n in needed)), None)
+    if folder is None:
+        return None
+    try:
+        import tokenizers  # noqa: F401  the 'text' extra; without it the model takes token ids only
+    except ImportError:
+        return None
+    digest = hashlib.sha256()
+    try:
+        for name in (*needed, "tokenizer_config.json", "special_tokens_map.json"):
+            digest.update(name.encode() + ((folder / name).read_bytes() if (folder / name).is_file() else b"\0"))
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the tokenizer files in {folder}: {exc.strerror or exc}") from None
+    key = digest.hexdigest()  # an edited vocabulary or config builds anew
+    if key not in _built or not _built[key].is_file():
+        target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
+        atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
+        build(folder).save(str(target))
+        _built[key] = target
+    return _built[key]
