@@ -19,8 +19,8 @@ META_SOURCE = "ortformer.source"
 META_TOKENIZER = "ortformer.tokenizer"  # optional: tokenizer file name beside the model
 # optional: default truncation length for text (e.g. sentence-transformers' max_seq_length)
 META_TEXT_MAX_LENGTH = "ortformer.text_max_length"
-# optional: "true" when texts are lowercased (Python's str.lower) before tokenizing, as
-# sentence-transformers does for do_lower_case; absent or "false": texts go in as given
+# optional: "true" when texts are lowercased by a Lowercase step ahead of the tokenizer's own
+# normalizer, as sentence-transformers does for do_lower_case; absent or "false": as given
 META_TEXT_LOWERCASE = "ortformer.text_lowercase"
 # optional: the Hugging Face model_type the weights were imported from (e.g. "roberta")
 META_FAMILY = "ortformer.family"

@@ -44,6 +44,17 @@ def check_texts(texts) -> list[str]:
     return list(texts)
 
 
+def _lowercase_first(tokenizer, normalizers) -> None:
+    """sentence-transformers' do_lower_case: a Lowercase step before the tokenizer's own
+    normalizer (none added when it has one). Inside the tokenizer, not str.lower on the text:
+    special tokens typed in a text ("[SEP]") are matched before normalizing and stay special,
+    and the Unicode rules are the tokenizer's (a final capital sigma becomes σ, not ς)."""
+    current = tokenizer.normalizer
+    steps = list(current) if isinstance(current, normalizers.Sequence) else [current] if current is not None else []
+    if not any(isinstance(step, normalizers.Lowercase) for step in steps):
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *steps])
+
+
 def _why_not_a_tokenizer(path: Path, exc: Exception) -> str:
     """The tokenizers library reports a valid JSON file that is no tokenizer as a JSON syntax
     error (its parser expects its own fields); say which of the two it is."""
@@ -66,11 +77,13 @@ class TextEncoder:
     def __init__(self, path, lowercase: bool = False):
         tokenizers = _tokenizers()
         self.path = Path(path)
-        self.lowercase = lowercase  # str.lower() before tokenizing (sentence-transformers' do_lower_case)
+        self.lowercase = lowercase
         try:
             self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
         except Exception as exc:  # missing file, bad JSON, unknown model type: all surface as Exception
             raise ModelFileError(f"cannot load tokenizer {self.path}: {_why_not_a_tokenizer(self.path, exc)}") from None
+        if lowercase:
+            _lowercase_first(self._tokenizer, tokenizers.normalizers)
         padding = self._tokenizer.padding or {}
         pad_token = self._tokenizer.token_to_id("[PAD]")
         self.pad_id: int = padding.get("pad_id", pad_token if pad_token is not None else 0)
@@ -97,8 +110,6 @@ class TextEncoder:
                                    "a shorter length leaves no room for text)")
         if not texts:
             return [], [], 0
-        if self.lowercase:
-            texts = [text.lower() for text in texts]
         with self._lock:
             self._tokenizer.enable_truncation(int(max_length))  # stride 0: overflowing holds the cut tail
             encodings = self._tokenizer.encode_batch(texts)

@@ -166,8 +166,8 @@ def architecture_options(func):
                    "deberta-v2, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
-@click.option("--lowercase-texts", is_flag=True, default=None,
-              help="Lowercase texts before tokenizing (default: the --from folder's do_lower_case, else off).")
+@click.option("--lowercase-texts/--no-lowercase-texts", default=None,
+              help="Lowercase texts before tokenizing, or not (default: the --from folder's do_lower_case, else off).")
 @click.option("--no-fused-ops", is_flag=True,
               help="Standard ONNX ops only (no com.microsoft MultiHeadAttention/Gelu), for runtimes other than onnxruntime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random initialisation.")
@@ -248,7 +248,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
         text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(from_path)
     options["tokenizer"] = tokenizer or options.get("tokenizer")
     if lowercase_texts is not None:
-        if options["tokenizer"] is None:
+        if lowercase_texts and options["tokenizer"] is None:
             raise click.UsageError("--lowercase-texts applies to texts; give --tokenizer (or --from a folder with one)")
         options["text_lowercase"] = lowercase_texts
 

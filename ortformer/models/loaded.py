@@ -16,7 +16,7 @@ class Loaded:
     source: str  # "sha256:<hex>" of the weight file; several files: one each, comma-separated
     tokenizer: Path | None  # tokenizer.json travelling with the weights, if any
     text_max_length: int | None = None  # sentence-transformers' max_seq_length, when set
-    text_lowercase: bool = False  # sentence-transformers' do_lower_case: str.lower() before tokenizing
+    text_lowercase: bool = False  # sentence-transformers' do_lower_case: lowercase before tokenizing
     weights: Path | None = None  # the weight file read
     dropped: tuple[str, ...] = ()  # imported tensors deliberately not used (poolers, task heads)
     family: str = "ortformer"  # where the model came from: "ortformer" or a Hugging Face model_type

