@@ -1,7 +1,6 @@
 """Walking an ONNX model's tensors, and finding its side files (onnx only: no onnxruntime, no torch)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Iterator
 
@@ -68,13 +67,14 @@ def resolve_inside(folder: Path, name: str, what: str, missing_ok: bool = False)
         target = (folder / name).resolve()
         if not target.is_relative_to(root):
             raise ModelFileError(f"{what}: location {name!r} resolves to {target}, outside the model's folder {root} (symlink?)")
-        if missing_ok and not os.path.lexists(folder / name):
+        if missing_ok and (not target.exists() or target.is_dir()):  # absent, dangling inside, a folder
             return None
         if not target.is_file():
             raise ModelFileError(f"{what}: file {name!r} is missing from the model's folder {root}")
         links = target.stat().st_nlink
-    except OSError as exc:  # a name too long, a permission denied on the way
-        raise ModelFileError(f"{what}: cannot check location {name!r}: {exc.strerror or exc}") from None
+    except (OSError, RuntimeError) as exc:  # a name too long, a permission denied, a symlink loop
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ModelFileError(f"{what}: cannot check location {name!r}: {reason}") from None
     if links > 1:
         raise ModelFileError(
             f"{what}: file {name!r} has {links} hard links; a hard link may be a second name for a file outside "

@@ -89,6 +89,7 @@ def test_infer_reads_a_mask_file_beside_an_npy_input(tokens_model, rt, tmp_path)
     for mask_file in ("mask.npy", "mask.json"):
         out = json.loads(invoke("infer", tokens_model, "--input", tmp_path / "ids.npy", "--mask", tmp_path / mask_file).stdout)
         np.testing.assert_allclose(out, want, atol=1e-6, rtol=0)
+    assert "is not a file" in fail("infer", tokens_model, "--input", tmp_path / "ids.npy", "--mask", tmp_path / "no.npy")
 
 
 def test_infer_files_and_npy(tokens_model, rt, tmp_path):

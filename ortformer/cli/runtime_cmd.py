@@ -1,6 +1,7 @@
 """`ortformer infer` and `ortformer info`: thin wrappers over ortformer.runtime (no torch)."""
 from __future__ import annotations
 
+import io
 import json
 import sys
 import warnings
@@ -63,7 +64,9 @@ def _read_array_file(path: Path, option: str):
 
 def _read_mask(mask: str):
     """--mask: JSON text, or a .npy / .json file (as --input takes) when it names one."""
-    if mask.endswith((".npy", ".json")) and Path(mask).is_file():
+    if mask.endswith((".npy", ".json")):  # JSON text never ends so
+        if not Path(mask).is_file():
+            raise CliError(f"--mask {mask} is not a file; give the mask as JSON text or an existing .npy / .json file")
         return _read_array_file(Path(mask), "--mask")
     return _parse_json(mask, "--mask")
 
@@ -164,8 +167,10 @@ def _write(result, fmt: str, out: Path | None, width: int) -> None:
     if out:
         with written(out, "-o/--output") as tmp, open(tmp, "wb") as handle:
             np.save(handle, result)  # to a handle: np.save(path) would append ".npy" to the name
-    else:
-        np.save(sys.stdout.buffer, result)
+    else:  # through bytes: np.save to a real file calls tofile, whose failure on a closed pipe
+        buffer = io.BytesIO()  # is a bare OSError, not the BrokenPipeError the CLI leaves quietly on
+        np.save(buffer, result)
+        sys.stdout.buffer.write(buffer.getbuffer())
 
 
 def _jsonable(result):

@@ -64,7 +64,9 @@ def _tokenizer_json(path: Path) -> object:
 def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     """What turns texts into ids differently in the file than in ``loaded`` (tokenizer,
     truncation length, lowercasing, prompts), one sentence each; [] when they agree. Only a file that
-    takes texts (it holds a tokenizer) and a source that has a tokenizer are compared."""
+    takes texts (it holds a tokenizer) and a source that has a tokenizer are compared; an
+    ortformer checkpoint keeps a tokenizer but no text length, lowercasing or prompts, so
+    against one only the tokenizer is."""
     tokenizer = tokenizer_path(model_file)
     if tokenizer is None or loaded.tokenizer is None:
         return []
@@ -72,6 +74,8 @@ def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     found = []
     if _tokenizer_json(tokenizer) != _tokenizer_json(Path(loaded.tokenizer)):
         found.append(f"its tokenizer {tokenizer.name} differs from {loaded.tokenizer}")
+    if loaded.family == "ortformer":
+        return found
     stored = meta.get(contract.META_TEXT_MAX_LENGTH)
     mine = int(stored) if stored is not None else cfg.max_sequence  # checked digits by read_model_file
     theirs = loaded.text_max_length or cfg.max_sequence

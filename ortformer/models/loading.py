@@ -34,6 +34,19 @@ def load_hf(folder, **options) -> Loaded:
     return module.load(folder, **options)
 
 
+def _around_transformer_module(folder: Path) -> Path:
+    """The sentence-transformers folder whose Transformer module is ``folder`` (its
+    0_Transformer/), so a file named inside it keeps the pooling, Dense, Normalize, text
+    length and prompts the outer folder defines; else ``folder``."""
+    outer = folder.parent
+    try:
+        if (outer / "modules.json").is_file() and transformer_dir(outer).resolve() == folder.resolve():
+            return outer
+    except (CheckpointError, OSError):  # an unreadable modules.json: the module alone, as named
+        pass
+    return folder
+
+
 def load_any(path) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder.
@@ -46,12 +59,12 @@ def load_any(path) -> Loaded:
     if not path.exists():
         raise CheckpointError(f"{path} does not exist; pass a checkpoint folder, a weight file or a Hugging Face folder")
     if path.is_file() and path.name == CONFIG_NAME:
-        path = path.parent
+        path = _around_transformer_module(path.parent)
     if path.is_file() and is_hf_folder(path.parent):  # its config.json is Hugging Face's, not ortformer's
         if path.name not in HF_WEIGHT_NAMES:
             raise CheckpointError(f"{path} lies in a Hugging Face folder whose weights are read by name "
                                   f"({', '.join(HF_WEIGHT_NAMES)} or their shards); pass the folder {path.parent}")
-        path = path.parent
+        path = _around_transformer_module(path.parent)
     if path.is_dir():
         if is_hf_folder(path):
             return load_hf(path)

@@ -384,3 +384,23 @@ def test_other_spellings_of_gelu_match_transformers(tmp_path, act, mapped):
     imported = load_bert(folder)
     assert imported.config.activation == mapped
     assert _max_error(imported.model, reference) <= MAX_ABS
+
+
+def test_a_file_inside_a_transformer_module_loads_the_sentence_transformers_folder(tmp_path):
+    """Older sentence-transformers layouts keep the model in 0_Transformer/: naming its weight file
+    (or config.json) keeps the outer folder's pooling, Normalize and text length."""
+    root = tmp_path / "st"
+    module, _ = _tiny_hf(root / "0_Transformer")
+    (root / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    (root / "2_Normalize").mkdir()
+    (module / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 16}))
+    whole = load_any(root)
+    assert (whole.config.pooling, whole.config.normalize_embeddings, whole.text_max_length) == ("cls", True, 16)
+    for path in (module / "model.safetensors", module / "config.json"):
+        inner = load_any(path)
+        assert (inner.config, inner.text_max_length, inner.source) == (whole.config, 16, whole.source)

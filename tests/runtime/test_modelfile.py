@@ -211,14 +211,21 @@ def test_tokenizer_must_stay_in_the_folder(tmp_path, proto, name, ok):
             Runtime(path, "cpu")
 
 
-@pytest.mark.parametrize("content, message", [("{}", "cannot load tokenizer"), (None, "is missing from the model's folder")])
+@pytest.mark.parametrize("content, message", [("{}", "cannot load tokenizer"), (None, "is missing from the model's folder"),
+                                              ("dangling", "is missing from the model's folder"),
+                                              ("folder", "is missing from the model's folder")])
 def test_an_unusable_tokenizer_takes_text_away_not_the_model(tmp_path, proto, content, message):
-    """A tokenizer that is unreadable, or absent (the .onnx copied alone): the model opens
-    for token ids with a warning, and text input raises the reason."""
+    """A tokenizer that is unreadable, absent (the .onnx copied alone), a symlink to nothing inside
+    the folder or a folder: the model opens for token ids with a warning, and text input raises
+    the reason."""
     pytest.importorskip("tokenizers")
     from ortformer.runtime import TextUnavailableWarning
 
-    if content is not None:
+    if content == "dangling":
+        (tmp_path / "tok.json").symlink_to(tmp_path / "gone.json")
+    elif content == "folder":
+        (tmp_path / "tok.json").mkdir()
+    elif content is not None:
         (tmp_path / "tok.json").write_text(content)
     path = tmp_path / "model.onnx"
     onnx.save(set_meta(proto, contract.META_TOKENIZER, "tok.json"), str(path))
@@ -234,3 +241,11 @@ def test_an_unusable_tokenizer_takes_text_away_not_the_model(tmp_path, proto, co
 
 def test_no_tokenizer_metadata(tokens_model):
     assert tokenizer_path(read_model_file(tokens_model)) is None
+
+
+def test_a_symlink_loop_as_tokenizer_is_a_model_file_error(tmp_path, proto):
+    (tmp_path / "tok.json").symlink_to(tmp_path / "tok.json")
+    path = tmp_path / "model.onnx"
+    onnx.save(set_meta(proto, contract.META_TOKENIZER, "tok.json"), str(path))
+    with pytest.raises(ModelFileError, match="cannot check location"):
+        Runtime(path, "cpu")

@@ -79,6 +79,9 @@ def test_int8_and_float16_files_optimize_to_what_runtime_serves(tmp_path, rng):
         out = source.with_suffix(".opt.onnx")
         check = optimize_offline(source, out)
         assert check["passed"] and check["max_abs"] <= 1e-5
+        # against the graph with no rewrites, the file's own dtype gate
+        assert check["unoptimized"]["gate"] == next(iter(precision.values()))
+        assert check["unoptimized"]["min_cosine"] >= (0.99 if "quantize" in precision else 0.999)
         for name, value in Runtime(source, "cpu").run(input_ids=ids).items():
             np.testing.assert_allclose(Runtime(out, "cpu").run(input_ids=ids)[name], value, rtol=0,
                                        atol=1e-4 if "quantize" in precision else 2e-3)

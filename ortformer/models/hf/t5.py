@@ -112,7 +112,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
         "shared.weight", "encoder.embed_tokens.weight")}
     dropped = sorted(n for n in raw if n not in kept and n != table)
     if table not in raw:
-        raise CheckpointError(f"{what} fails the checks against its config:\n  missing (1): shared.weight "
+        raise CheckpointError(f"{what} fails the checks against its config: missing (1): shared.weight "
                               "(or encoder.embed_tokens.weight), the token table")
     check_tensors({**kept, table: raw[table]}, {**shapes(cfg), table: (cfg.vocab_size, cfg.hidden_size)},
                   dtypes=HF_DTYPES, what=what, duplicates=duplicates)
