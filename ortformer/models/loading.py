@@ -1,12 +1,14 @@
 """``load_any``: one entry point for every source a model can come from."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from pathlib import Path
 
 from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.folder import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
+from .hf.vocab_tokenizers import built_tokenizer
 from .loaded import Loaded
 from .weights import find_weights, weights_source
 
@@ -31,7 +33,12 @@ def load_hf(folder, **options) -> Loaded:
     if model_type not in FAMILIES:
         raise unsupported_model_type(model_type)
     module = importlib.import_module(f".hf.{FAMILIES[model_type]}", __package__)
-    return module.load(folder, **options)
+    loaded = module.load(folder, **options)
+    if loaded.tokenizer is None:  # an older save: a tokenizer.json built from its vocabulary, if it has one
+        root = Path(folder)
+        built = built_tokenizer(transformer_dir(root), root, loaded.family)
+        loaded = dataclasses.replace(loaded, tokenizer=built) if built else loaded
+    return loaded
 
 
 def _around_transformer_module(folder: Path) -> Path:

@@ -298,10 +298,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
-    from .vocab_tokenizers import built_tokenizer  # it reads configs through this module
-
-    tokenizer = find_tokenizer(model_dir, root) or built_tokenizer(model_dir, root, family)
-    return Loaded(model, weights_source(*files), tokenizer, max_len, st.lowercase,
+    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt)
 
