@@ -132,3 +132,20 @@ def test_reserve_allocates_every_block_of_a_sparse_file(tmp_path):
     fsutil.reserve(path)
     after = os.stat(path)
     assert after.st_size == 8 << 20 and after.st_blocks * 512 >= 8 << 20 > before
+
+
+@pytest.mark.parametrize("args", [["info", "MODEL"], ["infer", "MODEL", "--input", "IDS", "--format", "npy",
+                                                       "--tensor", "last_hidden_state"]])
+def test_a_reader_that_leaves_early_ends_the_output_quietly(tokens_model, tmp_path, args):
+    """`ortformer info m.onnx | head -1`: the closed pipe is not an error to print."""
+    import subprocess
+
+    np.save(tmp_path / "ids.npy", np.ones((400, 60), np.int64))
+    argv = [str(tokens_model) if a == "MODEL" else str(tmp_path / "ids.npy") if a == "IDS" else a for a in args]
+    code = f"from ortformer.cli import cli; cli({argv!r}, prog_name='ortformer')"
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    writer.stdout.read(10)
+    writer.stdout.close()  # the reader leaves after a few bytes
+    stderr = writer.stderr.read().decode()
+    writer.wait(timeout=120)
+    assert "Traceback" not in stderr and "error" not in stderr, stderr
