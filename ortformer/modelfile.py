@@ -87,6 +87,17 @@ class ModelFile:
     opsets: tuple[tuple[str, int], ...] = ()  # (domain, version); "" is the ONNX domain
     chunked: dict | None = None  # the checked chunk-stage payload (contract.META_CHUNKED), if any
 
+    @property
+    def text_max_length(self) -> int:
+        """Default truncation for text: the metadata's text_max_length, else max_sequence."""
+        value = self.metadata.get(contract.META_TEXT_MAX_LENGTH)  # digits in range, checked on read
+        return int(value) if value is not None else self.config.max_sequence
+
+    @property
+    def text_lowercase(self) -> bool:
+        """True when texts are lowercased before tokenizing (sentence-transformers' do_lower_case)."""
+        return self.metadata.get(contract.META_TEXT_LOWERCASE) == "true"  # "true" / "false", checked on read
+
 
 def read_model_file(path: str | os.PathLike) -> ModelFile:
     """Parse and validate `path`; raise ModelFileError saying what is wrong."""

@@ -70,18 +70,16 @@ def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     tokenizer = tokenizer_path(model_file)
     if tokenizer is None or loaded.tokenizer is None:
         return []
-    cfg, meta = model_file.config, model_file.metadata
+    meta = model_file.metadata
     found = []
     if _tokenizer_json(tokenizer) != _tokenizer_json(Path(loaded.tokenizer)):
         found.append(f"its tokenizer {tokenizer.name} differs from {loaded.tokenizer}")
     if loaded.family == "ortformer":
         return found
-    stored = meta.get(contract.META_TEXT_MAX_LENGTH)
-    mine = int(stored) if stored is not None else cfg.max_sequence  # checked digits by read_model_file
-    theirs = loaded.text_max_length or cfg.max_sequence
+    mine, theirs = model_file.text_max_length, loaded.text_max_length or model_file.config.max_sequence
     if mine != theirs:
         found.append(f"it truncates texts at {mine} tokens, the source at {theirs}")
-    lowercase = meta.get(contract.META_TEXT_LOWERCASE) == "true"
+    lowercase = model_file.text_lowercase
     if lowercase != loaded.text_lowercase:
         found.append(f"it {'lowercases' if lowercase else 'keeps'} texts before tokenizing, the source "
                      f"{'lowercases' if loaded.text_lowercase else 'keeps'} them (do_lower_case)")
@@ -133,10 +131,8 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     report = run_parity(session, eager_runner(reference), model_file.config, file_dtype(model_file))
     if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(model_file.config):
         step("real sentences against the reference")  # recorded as at export, not gated
-        stored = model_file.metadata.get(contract.META_TEXT_MAX_LENGTH)
         report["text"] = text_parity(session, eager_runner(reference), model_file.config, tokenizer,
-                                     int(stored) if stored is not None else model_file.config.max_sequence,
-                                     lowercase=model_file.metadata.get(contract.META_TEXT_LOWERCASE) == "true")
+                                     model_file.text_max_length, lowercase=model_file.text_lowercase)
     result["parity"] = report
     if not report["passed"]:
         lines = failed_cases(report)

@@ -29,14 +29,15 @@ def load_hf(folder, **options) -> Loaded:
     """Import a Hugging Face / sentence-transformers folder of any supported family.
 
     options (pooling, normalize, name) go to the family's loader."""
-    model_type = read_json(transformer_dir(Path(folder)) / "config.json").get("model_type")
+    root = Path(folder)
+    model_dir = transformer_dir(root)
+    model_type = read_json(model_dir / "config.json").get("model_type")
     if model_type not in FAMILIES:
         raise unsupported_model_type(model_type)
     module = importlib.import_module(f".hf.{FAMILIES[model_type]}", __package__)
     loaded = module.load(folder, **options)
     if loaded.tokenizer is None:  # an older save: a tokenizer.json built from its vocabulary, if it has one
-        root = Path(folder)
-        built = built_tokenizer(transformer_dir(root), root, loaded.family)
+        built = built_tokenizer(model_dir, root, loaded.family)
         loaded = dataclasses.replace(loaded, tokenizer=built) if built else loaded
     return loaded
 

@@ -192,13 +192,12 @@ class Runtime:
     @property
     def text_max_length(self) -> int:
         """Default truncation for text: the metadata's text_max_length, else max_sequence."""
-        value = self.metadata.get(contract.META_TEXT_MAX_LENGTH)  # validated by read_model_file
-        return int(value) if value is not None else self.config.max_sequence
+        return self.model_file.text_max_length
 
     @property
     def text_lowercase(self) -> bool:
         """True when texts are lowercased before tokenizing (sentence-transformers' do_lower_case)."""
-        return self.metadata.get(contract.META_TEXT_LOWERCASE) == "true"  # validated by read_model_file
+        return self.model_file.text_lowercase
 
     @property
     def family(self) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -113,13 +112,13 @@ def byte_bpe_tokenizer(folder: Path):
     from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
     from tokenizers.models import BPE
 
-    try:
-        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-        lines = (folder / "merges.txt").read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"cannot read the vocabulary in {folder}: {exc}") from None
-    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+    vocab = read_json(folder / "vocab.json")
+    if not all(isinstance(v, int) for v in vocab.values()):
         raise CheckpointError(f"{folder / 'vocab.json'} must map tokens to integer ids")
+    try:
+        lines = (folder / "merges.txt").read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"cannot read {folder / 'merges.txt'}: {exc}") from None
     # "#version: ..." heads the file; every other line is one merge "a b"
     merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
     bad = [i for i, m in enumerate(merges) if len(m) != 2]
