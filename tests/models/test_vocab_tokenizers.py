@@ -105,3 +105,6 @@ def test_roberta_vocab_and_merges_match_transformers(tmp_path, settings):
     (folder / "merges.txt").write_text("#version: 0.2\na b c\n")
     with pytest.raises(CheckpointError, match="not a merge 'a b'"):
         load_any(folder)
+    (folder / "vocab.json").write_text(json.dumps({"<s>": 0, "</s>": "two"}))
+    with pytest.raises(CheckpointError, match="must map tokens to integer ids"):
+        load_any(folder)
