@@ -37,7 +37,7 @@ def load_hf(folder, **options) -> Loaded:
     module = importlib.import_module(f".hf.{FAMILIES[model_type]}", __package__)
     loaded = module.load(folder, **options)
     if loaded.tokenizer is None:  # an older save: a tokenizer.json built from its vocabulary, if it has one
-        built = built_tokenizer(model_dir, root, loaded.family)
+        built = built_tokenizer(model_dir, root, model_type)
         loaded = dataclasses.replace(loaded, tokenizer=built) if built else loaded
     return loaded
 

@@ -1,4 +1,5 @@
-"""tokenizer.json for folders saved with only a vocabulary (older transformers).
+"""tokenizer.json for folders saved with only a vocabulary (older transformers, or a
+sentencepiece model: spm_tokenizers.py).
 
 Runtime reads texts through the tokenizers library, which loads tokenizer.json only. A
 vocabulary plus tokenizer_config.json describe the same tokenizer completely:
@@ -28,55 +29,14 @@ from pathlib import Path
 
 from ...errors import CheckpointError
 from .folder import read_json
+from .spm_tokenizers import deberta_tokenizer, t5_tokenizer, xlm_roberta_tokenizer
+from .tokenizer_settings import add_specials, require_specials, read_settings
 
 WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
                       "mask_token": "[MASK]"}
 ROBERTA_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>",
                     "mask_token": "<mask>"}
 _built: dict[str, Path] = {}  # digest of the files read -> the tokenizer.json built from them
-
-
-def _text(value) -> str | None:
-    """A special token as tokenizer configs write it: a string or {"content": string, ...}."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) and value else None
-
-
-def _settings(folder: Path, special_defaults: dict[str, str], flags: tuple[tuple[str, bool | None], ...]) -> dict:
-    """tokenizer_config.json over special_tokens_map.json over transformers' defaults."""
-    config, specials = {}, {}
-    for name, into in (("special_tokens_map.json", specials), ("tokenizer_config.json", config)):
-        if (folder / name).is_file():
-            into.update(read_json(folder / name))
-    settings = {key: _text(config.get(key)) or _text(specials.get(key)) or default
-                for key, default in special_defaults.items()}
-    for key, default in flags:
-        value = config.get(key, default)
-        if value is not None and not isinstance(value, bool):
-            raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be true, false or null")
-        settings[key] = value
-    added = config.get("added_tokens_decoder") or {}
-    settings["added"] = [(entry["content"], bool(entry.get("special")), bool(entry.get("normalized", False)))
-                         for entry in added.values() if isinstance(entry, dict) and _text(entry.get("content"))]
-    return settings
-
-
-def _add_specials(tokenizer, s: dict, special_keys, vocab: dict[str, int]) -> None:
-    """The special tokens present in the vocabulary, then the config's added tokens."""
-    from tokenizers import AddedToken
-
-    specials = [s[k] for k in special_keys if s[k] in vocab]
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
-    for content, special, normalized in s["added"]:
-        if content not in specials:
-            tokenizer.add_tokens([AddedToken(content, special=special, normalized=normalized)])
-
-
-def _require_specials(folder: Path, s: dict, vocab: dict[str, int], keys=("unk_token", "cls_token", "sep_token")):
-    missing = [s[k] for k in keys if s[k] not in vocab]
-    if missing:
-        raise CheckpointError(f"the vocabulary in {folder} lacks the special token(s) {missing} its tokenizer config names")
 
 
 def wordpiece_tokenizer(folder: Path):
@@ -91,9 +51,9 @@ def wordpiece_tokenizer(folder: Path):
     if lines and lines[-1] == "":
         lines.pop()  # the file's last newline ends the last token, it starts none
     vocab = {token.rstrip("\r"): index for index, token in enumerate(lines)}  # a repeated token keeps its last id
-    s = _settings(folder, WORDPIECE_SPECIALS,
+    s = read_settings(folder, WORDPIECE_SPECIALS,
                   (("do_lower_case", True), ("tokenize_chinese_chars", True), ("strip_accents", None)))
-    _require_specials(folder, s, vocab)
+    require_specials(folder, s, vocab)
     tokenizer = Tokenizer(WordPiece(vocab, unk_token=s["unk_token"], max_input_chars_per_word=100))
     tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=s["tokenize_chinese_chars"],
                                                       strip_accents=s["strip_accents"], lowercase=s["do_lower_case"])
@@ -103,7 +63,7 @@ def wordpiece_tokenizer(folder: Path):
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
-    _add_specials(tokenizer, s, WORDPIECE_SPECIALS, vocab)
+    add_specials(tokenizer, s, WORDPIECE_SPECIALS, vocab)
     return tokenizer
 
 
@@ -124,27 +84,30 @@ def byte_bpe_tokenizer(folder: Path):
     bad = [i for i, m in enumerate(merges) if len(m) != 2]
     if bad:
         raise CheckpointError(f"{folder / 'merges.txt'}: {len(bad)} line(s) are not a merge 'a b' (first: {merges[bad[0]]!r})")
-    s = _settings(folder, ROBERTA_SPECIALS, (("add_prefix_space", False), ("trim_offsets", True)))
-    _require_specials(folder, s, vocab, ("cls_token", "sep_token"))
+    s = read_settings(folder, ROBERTA_SPECIALS, (("add_prefix_space", False), ("trim_offsets", True)))
+    require_specials(folder, s, vocab, ("cls_token", "sep_token"))
     tokenizer = Tokenizer(BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=s["add_prefix_space"])
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.RobertaProcessing(
         (s["sep_token"], vocab[s["sep_token"]]), (s["cls_token"], vocab[s["cls_token"]]),
         trim_offsets=s["trim_offsets"], add_prefix_space=s["add_prefix_space"])
-    _add_specials(tokenizer, s, ROBERTA_SPECIALS, vocab)
+    add_specials(tokenizer, s, ROBERTA_SPECIALS, vocab)
     return tokenizer
 
 
-# model_type family -> (builder, the files it reads besides the tokenizer configs)
+# config.json model_type -> (builder, the files it reads besides the tokenizer configs)
 BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpiece_tokenizer, ("vocab.txt",)),
             "electra": (wordpiece_tokenizer, ("vocab.txt",)),
-            "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt"))}
+            "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
+            "deberta-v2": (deberta_tokenizer, ("spm.model",)),
+            "xlm-roberta": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
+            "t5": (t5_tokenizer, ("spiece.model",)), "mt5": (t5_tokenizer, ("spiece.model",))}
 
 
 def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None:
-    """A tokenizer.json built from the folder's vocabulary (see the module docstring) for the
-    families above, when the tokenizers library is installed; None otherwise."""
+    """A tokenizer.json built from the folder's vocabulary (see the module docstrings) for the
+    model types above, when the tokenizers library is installed; None otherwise."""
     build, needed = BUILDERS.get(model_type, (None, ()))
     folder = next((d for d in (model_dir, root) if needed and all((d / n).is_file() for n in needed)), None)
     if folder is None:

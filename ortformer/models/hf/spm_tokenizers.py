@@ -1,0 +1,253 @@
+"""tokenizer.json for folders that hold only a sentencepiece model (DeBERTa-v3, XLM-R, T5).
+
+The ``.model`` file is a protobuf ``ModelProto``; only a handful of its fields describe the
+tokenizer, so they are read straight from the wire format (no generated protobuf code, whose
+gencode/runtime version pairing breaks between releases). The tokenizer built from them is the
+one transformers builds for the same folder:
+
+DeBERTa-v2/v3 (``spm.model``):
+    normalizer      [Lowercase if do_lower_case] runs of whitespace -> " ", NFC, strip right
+    pre-tokenizer   [Punctuation if split_by_punct] Metaspace(prepend always | first)
+    model           Unigram(pieces, unk = unk_token's piece)
+    post-processor  [CLS] $A [SEP]
+XLM-R (``sentencepiece.bpe.model``):
+    vocabulary      <s> <pad> </s> <unk>, the pieces after the model's first three, <mask>
+    normalizer      the model's precompiled character map
+    pre-tokenizer   WhitespaceSplit, Metaspace
+    post-processor  <s> $A </s>
+T5 / mT5 (``spiece.model``):
+    vocabulary      the pieces, then <extra_id_{extra_ids - 1}> ... <extra_id_0>
+    normalizer      the model's precompiled character map
+    pre-tokenizer   WhitespaceSplit, Metaspace
+    post-processor  $A </s>
+
+Control pieces are special tokens, user-defined pieces plain added tokens, as transformers has them.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import CheckpointError
+from .folder import read_json
+from .tokenizer_settings import add_specials, require_specials, read_settings
+
+CONTROL, USER_DEFINED = 3, 4  # sentencepiece's piece types (1 normal, 2 unknown, 5 unused, 6 byte)
+UNIGRAM = 1
+
+
+@dataclass
+class SpmModel:
+    """The parts of a sentencepiece ModelProto that define its tokenizer."""
+    pieces: list[tuple[str, float, int]] = field(default_factory=list)  # (piece, score, type), by id
+    model_type: int = UNIGRAM
+    charsmap: bytes = b""  # the normalizer's precompiled character map
+
+
+def _wire(buf: bytes):
+    """(field number, value) of one protobuf message: varints as int, length-delimited as bytes,
+    fixed32 as float."""
+    pos, end = 0, len(buf)
+
+    def varint():
+        nonlocal pos
+        value = shift = 0
+        while True:
+            if pos >= end or shift > 63:
+                raise ValueError("truncated varint")
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while pos < end:
+        key = varint()
+        number, kind = key >> 3, key & 7
+        if kind == 0:
+            yield number, varint()
+        elif kind == 2:
+            size = varint()
+            if pos + size > end:
+                raise ValueError("truncated field")
+            yield number, buf[pos:pos + size]
+            pos += size
+        elif kind in (1, 5):
+            width = 8 if kind == 1 else 4
+            if pos + width > end:
+                raise ValueError("truncated field")
+            yield number, (struct.unpack_from("<f", buf, pos)[0] if width == 4 else None)
+            pos += width
+        else:
+            raise ValueError(f"wire type {kind}")
+
+
+def read_spm(path: Path) -> SpmModel:
+    """The pieces, model type and character map of the sentencepiece model at ``path``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
+    model = SpmModel()
+    try:
+        for number, value in _wire(data):
+            if number == 1 and isinstance(value, bytes):  # pieces
+                piece, score, kind = None, 0.0, 1
+                for n, v in _wire(value):
+                    if n == 1 and isinstance(v, bytes):
+                        piece = v.decode("utf-8")
+                    elif n == 2 and isinstance(v, float):
+                        score = v
+                    elif n == 3 and isinstance(v, int):
+                        kind = v
+                if piece is None:
+                    raise ValueError(f"piece {len(model.pieces)} has no text")
+                model.pieces.append((piece, score, kind))
+            elif number == 2 and isinstance(value, bytes):  # trainer_spec
+                model.model_type = next((v for n, v in _wire(value) if n == 3 and isinstance(v, int)), UNIGRAM)
+            elif number == 3 and isinstance(value, bytes):  # normalizer_spec
+                model.charsmap = next((v for n, v in _wire(value) if n == 2 and isinstance(v, bytes)), b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not a sentencepiece model ({exc})") from None
+    if not model.pieces:
+        raise CheckpointError(f"{path} is not a sentencepiece model (it holds no pieces)")
+    return model
+
+
+def _unigram(vocab: list[tuple[str, float]], unk_id: int, path: Path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import Unigram
+
+    if not 0 <= unk_id < len(vocab):
+        raise CheckpointError(f"{path}: the unknown piece's id {unk_id} is outside its {len(vocab)} pieces")
+    return Tokenizer(Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+
+
+def _require_unigram(model: SpmModel, path: Path) -> None:
+    if model.model_type != UNIGRAM:
+        raise CheckpointError(f"{path} is a sentencepiece model of type {model.model_type}; ortformer builds "
+                              f"tokenizers from unigram models (type {UNIGRAM}) only; write a tokenizer.json "
+                              f"with transformers and export again")
+
+
+def _piece_tokens(tokenizer, model: SpmModel) -> None:
+    """Control pieces match as special tokens, user-defined pieces as plain ones, both unnormalized."""
+    from tokenizers import AddedToken
+
+    for piece, _, kind in model.pieces:
+        if kind in (CONTROL, USER_DEFINED):
+            token = AddedToken(piece, special=kind == CONTROL, normalized=False)
+            (tokenizer.add_special_tokens if kind == CONTROL else tokenizer.add_tokens)([token])
+
+
+def _metaspace(prepend: str):
+    from tokenizers import decoders, pre_tokenizers
+
+    return pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend), \
+        decoders.Metaspace(replacement="▁", prepend_scheme=prepend)
+
+
+def _charsmap_normalizer(model: SpmModel):
+    from tokenizers import normalizers
+
+    return normalizers.Precompiled(model.charsmap) if model.charsmap else None
+
+
+DEBERTA_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                    "mask_token": "[MASK]"}
+XLMR_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
+                 "mask_token": "<mask>"}
+T5_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "</s>"}
+
+
+def deberta_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer transformers builds from a DeBERTa-v2/v3 folder's spm.model."""
+    from tokenizers import normalizers, pre_tokenizers, processors, Regex
+
+    path = folder / "spm.model"
+    model = read_spm(path)
+    _require_unigram(model, path)
+    s = read_settings(folder, DEBERTA_SPECIALS,
+                  (("do_lower_case", False), ("split_by_punct", False), ("add_prefix_space", True)))
+    vocab = [(piece, score) for piece, score, _ in model.pieces]
+    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
+    require_specials(folder, s, ids)
+    # transformers looks the unknown piece up by its token and a score of 0, else takes id 1
+    unk_id = vocab.index((s["unk_token"], 0.0)) if (s["unk_token"], 0.0) in vocab else 1
+    tokenizer = _unigram(vocab, unk_id, path)
+    steps = [normalizers.Lowercase()] if s["do_lower_case"] else []
+    tokenizer.normalizer = normalizers.Sequence(
+        [*steps, normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+         normalizers.Strip(left=False, right=True)])
+    metaspace, tokenizer.decoder = _metaspace("always" if s["add_prefix_space"] else "first")
+    punctuation = [pre_tokenizers.Punctuation(behavior="isolated")] if s["split_by_punct"] else []
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*punctuation, metaspace])
+    cls, sep = s["cls_token"], s["sep_token"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
+    _piece_tokens(tokenizer, model)
+    add_specials(tokenizer, s, DEBERTA_SPECIALS, ids)
+    return tokenizer
+
+
+def xlm_roberta_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer transformers builds from an XLM-R folder's sentencepiece.bpe.model:
+    fairseq's four specials first, the model's pieces shifted past them, <mask> last."""
+    from tokenizers import pre_tokenizers, processors
+
+    path = folder / "sentencepiece.bpe.model"
+    model = read_spm(path)
+    _require_unigram(model, path)
+    s = read_settings(folder, XLMR_SPECIALS, (("add_prefix_space", True),))
+    vocab = [(s["bos_token"], 0.0), (s["pad_token"], 0.0), (s["eos_token"], 0.0), (s["unk_token"], 0.0),
+             *((piece, score) for piece, score, _ in model.pieces[3:]), (s["mask_token"], 0.0)]
+    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
+    tokenizer = _unigram(vocab, 3, path)
+    tokenizer.normalizer = _charsmap_normalizer(model)
+    metaspace, tokenizer.decoder = _metaspace("always" if s["add_prefix_space"] else "never")
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+    bos, eos = s["bos_token"], s["eos_token"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
+        special_tokens=[(bos, ids[bos]), (eos, ids[eos])])
+    add_specials(tokenizer, s, XLMR_SPECIALS, ids)
+    return tokenizer
+
+
+def t5_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer transformers builds from a T5 / mT5 folder's spiece.model: the
+    pieces, then extra_ids sentinels <extra_id_N> counting down to 0."""
+    from tokenizers import AddedToken, pre_tokenizers, processors
+
+    path = folder / "spiece.model"
+    model = read_spm(path)
+    _require_unigram(model, path)
+    s = read_settings(folder, T5_SPECIALS, ())
+    extra_ids = _config_int(folder, "extra_ids", 100)
+    sentinels = [f"<extra_id_{i}>" for i in range(extra_ids - 1, -1, -1)]
+    vocab = [(piece, score) for piece, score, _ in model.pieces] + [(t, 0.0) for t in sentinels]
+    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
+    tokenizer = _unigram(vocab, 2, path)
+    tokenizer.normalizer = _charsmap_normalizer(model)
+    metaspace, tokenizer.decoder = _metaspace("always")
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+    eos = s["eos_token"]
+    if eos not in ids:
+        raise CheckpointError(f"the sentencepiece model {path} lacks the end token {eos!r}")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:0 {eos}:0", special_tokens=[(eos, ids[eos])])
+    _piece_tokens(tokenizer, model)
+    add_specials(tokenizer, s, T5_SPECIALS, ids)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in reversed(sentinels)])
+    return tokenizer
+
+
+def _config_int(folder: Path, key: str, default: int) -> int:
+    config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be a whole number ≥ 0")
+    return value

@@ -1,0 +1,59 @@
+"""What a folder's tokenizer_config.json and special_tokens_map.json say, for the builders of
+tokenizer.json in vocab_tokenizers.py and spm_tokenizers.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import CheckpointError
+from .folder import read_json
+
+
+def token_text(value) -> str | None:
+    """A special token as tokenizer configs write it: a string or {"content": string, ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def read_settings(folder: Path, special_defaults: dict[str, str], flags: tuple[tuple[str, bool | None], ...]) -> dict:
+    """tokenizer_config.json over special_tokens_map.json over transformers' defaults."""
+    config, specials = {}, {}
+    for name, into in (("special_tokens_map.json", specials), ("tokenizer_config.json", config)):
+        if (folder / name).is_file():
+            into.update(read_json(folder / name))
+    settings = {key: token_text(config.get(key)) or token_text(specials.get(key)) or default
+                for key, default in special_defaults.items()}
+    for key, default in flags:
+        value = config.get(key, default)
+        if value is not None and not isinstance(value, bool):
+            raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be true, false or null")
+        settings[key] = value
+    added = config.get("added_tokens_decoder") or {}
+    settings["added"] = [(entry["content"], bool(entry.get("special")), bool(entry.get("normalized", False)))
+                         for entry in added.values() if isinstance(entry, dict) and token_text(entry.get("content"))]
+    return settings
+
+
+# the order in which transformers appends special tokens that the vocabulary lacks
+SPECIAL_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+def add_specials(tokenizer, s: dict, special_keys, vocab: dict[str, int]) -> None:
+    """The special tokens present in the vocabulary, then the config's added tokens, then (new
+    ids, as transformers gives them) the special tokens the vocabulary lacks."""
+    from tokenizers import AddedToken
+
+    specials = [s[k] for k in special_keys if s[k] in vocab]
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    for content, special, normalized in s["added"]:
+        if content not in specials:
+            tokenizer.add_tokens([AddedToken(content, special=special, normalized=normalized)])
+    added = {content for content, _, _ in s["added"]}
+    missing = [s[k] for k in SPECIAL_ORDER if k in special_keys and s[k] not in vocab and s[k] not in added]
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(missing)])
+
+
+def require_specials(folder: Path, s: dict, vocab: dict[str, int], keys=("unk_token", "cls_token", "sep_token")):
+    missing = [s[k] for k in keys if s[k] not in vocab]
+    if missing:
+        raise CheckpointError(f"the vocabulary in {folder} lacks the special token(s) {missing} its tokenizer config names")

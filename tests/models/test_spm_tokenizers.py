@@ -1,0 +1,121 @@
+"""Folders whose tokenizer is only a sentencepiece model (DeBERTa-v3's spm.model, XLM-R's
+sentencepiece.bpe.model, T5's spiece.model) get a tokenizer.json built from it: the same ids as
+transformers' own tokenizer for that folder, and the same embeddings end to end."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from hf_support import assert_same_embeddings, load_and_export, save_hf, st_embeddings, transformers
+
+from ortformer.corpus import sentences
+from ortformer.errors import CheckpointError
+from ortformer.models import load_any
+from ortformer.models.hf.spm_tokenizers import read_spm
+from ortformer.models.hf.vocab_tokenizers import built_tokenizer
+from ortformer.runtime import Runtime
+from ortformer.text import TextEncoder
+
+spm = pytest.importorskip("sentencepiece")
+pytest.importorskip("tokenizers")
+TEXTS = ["Hello world", "  leading and   inner   spaces ", "Café naïve ÅÄÖ 東京 über ﬁne ① ＡＢＣ", "tab\there\nnewline\r\nend",
+         "It's 3.14 — yes!!! (maybe)", "", " ", "UPPER lower MiXeD", "emoji 😀 and zwj 👩‍💻", "x" * 300,
+         "specials [MASK] [CLS] [SEP] [PAD] <mask> <s> </s> <pad> <unk> <extra_id_0> <extra_id_99> <sym>",
+         "Ελληνικά σίσυφος ΣΊΣΥΦΟΣ", "a\u00a0b\u2003c\u200bd", "ｆｕｌｌｗｉｄｔｈ ｶﾀｶﾅ"]
+PAIR = ("a first text", "and a second, longer one")
+# model_type -> (file name, the trainer's special pieces as the family's released models have them, class)
+FAMILIES = {
+    "deberta-v2": ("spm.model", dict(pad_id=0, pad_piece="[PAD]", bos_id=1, bos_piece="[CLS]", eos_id=2,
+                                     eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]"), "DebertaV2Tokenizer"),
+    "xlm-roberta": ("sentencepiece.bpe.model", {}, "XLMRobertaTokenizer"),
+    "t5": ("spiece.model", dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1), "T5Tokenizer"),
+    "mt5": ("spiece.model", dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1), "T5Tokenizer"),
+}
+CASES = [("deberta-v2", {}, ()), ("deberta-v2", {"do_lower_case": True}, ()),
+         ("deberta-v2", {"split_by_punct": True, "add_prefix_space": False}, ()),
+         ("deberta-v2", {"added_tokens_decoder": {"400": {"content": "[MASK]", "special": True}}}, ("<sym>",)),
+         ("xlm-roberta", {}, ()), ("xlm-roberta", {"add_prefix_space": False}, ()),
+         ("t5", {}, ()), ("t5", {"extra_ids": 0}, ("<sym>",)), ("mt5", {"extra_ids": 7}, ())]
+
+
+def train_spm(model_type="unigram", vocab_size=400, user_symbols=(), **specials) -> bytes:
+    """A small sentencepiece model trained here on real sentences."""
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences(600)), model_writer=out, vocab_size=vocab_size,
+                                   model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
+                                   minloglevel=2, user_defined_symbols=list(user_symbols), **specials)
+    return out.getvalue()
+
+
+def spm_folder(folder, model_type, settings, user_symbols=()):
+    name, specials, cls = FAMILIES[model_type]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(train_spm(user_symbols=user_symbols, **specials))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": cls, **settings}))
+    if not (folder / "config.json").exists():
+        (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    return folder
+
+
+@pytest.mark.parametrize("model_type, settings, user_symbols", CASES)
+def test_ids_match_transformers_tokenizer(tmp_path, model_type, settings, user_symbols):
+    folder = spm_folder(tmp_path / model_type, model_type, settings, user_symbols)
+    path = built_tokenizer(folder, folder, model_type)
+    assert path is not None and not (folder / "tokenizer.json").exists()  # the folder is read, never written
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours = TextEncoder(path)
+    ids, _, _ = ours.encode(TEXTS, 10_000)
+    assert ids == [theirs(t)["input_ids"] for t in TEXTS]
+    from tokenizers import Tokenizer
+
+    assert Tokenizer.from_file(str(path)).encode(*PAIR).ids == theirs(*PAIR)["input_ids"]
+    assert ours.vocab_size == len(theirs)
+
+
+def test_a_deberta_v3_folder_with_only_spm_model_embeds_as_sentence_transformers(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    config = transformers.DebertaV2Config(
+        vocab_size=420, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
+        max_position_embeddings=64, relative_attention=True, position_buckets=8, max_relative_positions=-1,
+        pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
+        type_vocab_size=0, pad_token_id=0)
+    folder = save_hf(transformers.DebertaV2Model, config, tmp_path / "deberta")
+    spm_folder(folder, "deberta-v2", {"do_lower_case": False})
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean"}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
+    assert loaded.tokenizer is not None
+    texts = [t for t in TEXTS if t.strip()]
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))
+
+
+def test_bad_sentencepiece_models_are_refused_by_name(tmp_path):
+    folder = spm_folder(tmp_path / "t5", "t5", {})
+    model = folder / "spiece.model"
+    good = model.read_bytes()
+    assert [p for p, _, _ in read_spm(model).pieces[:3]] == ["<pad>", "</s>", "<unk>"]
+    for broken, why in [(good[:len(good) // 2], "not a sentencepiece model"), (b"", "holds no pieces"),
+                        (b"\x0a\x02\x10\x01", "has no text"), (b"\x0f", "wire type 7")]:
+        model.write_bytes(broken)
+        with pytest.raises(CheckpointError, match=why):
+            built_tokenizer(folder, folder, "t5")
+    model.write_bytes(train_spm("bpe", **FAMILIES["t5"][1]))
+    with pytest.raises(CheckpointError, match="type 2; ortformer builds tokenizers from unigram models"):
+        built_tokenizer(folder, folder, "t5")
+
+
+def test_a_t5_encoder_folder_with_only_spiece_model_takes_text(tmp_path):
+    config = transformers.T5Config(vocab_size=520, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_heads=4,
+                                   relative_attention_num_buckets=8, feed_forward_proj="relu")
+    folder = save_hf(transformers.T5EncoderModel, config, tmp_path / "t5")
+    spm_folder(folder, "t5", {})
+    loaded = load_any(folder)
+    assert loaded.tokenizer is not None
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ids, _, _ = TextEncoder(loaded.tokenizer).encode(TEXTS, 10_000)
+    assert ids == [theirs(t)["input_ids"] for t in TEXTS]
