@@ -23,6 +23,9 @@ POSITION_IDS = ("index", "kept")
 POOLINGS = ("none", "mean", "cls", "last", "max")
 # non-linearity after the sentence-embedding Dense head (sentence-transformers' Dense module)
 DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
+# classifier head: "none" = logits = W p + b; else a hidden Dense with this act first
+# (BERT's pooler and RoBERTa's head: tanh; DistilBERT: relu; ELECTRA, DeBERTa: gelu)
+CLASSIFIER_DENSE = ("none", "tanh", "relu", "gelu")
 # which attention kinds each variant works with, and why the others cannot
 SOFTMAX_ONLY = ("relative_attention_buckets", "local_window", "disentangled_buckets")
 
@@ -35,6 +38,8 @@ _CHOICES = {
     "position_ids": POSITION_IDS,
     "pooling": POOLINGS,
     "sentence_dense_activation": DENSE_ACTIVATIONS,
+    "classifier_pooling": POOLINGS[1:],
+    "classifier_dense": CLASSIFIER_DENSE,
 }
 
 
@@ -126,6 +131,15 @@ class EncoderConfig:
     sentence_dense_bias: bool = True
     # l2-normalise the sentence embedding (cosine-ready vectors), after the Dense head
     normalize_embeddings: bool = False
+    # classifier head (a fine-tuned *ForSequenceClassification / *ForTokenClassification):
+    # 0 = none, else the number of labels L and a "logits" output
+    classifier_labels: int = 0
+    # logits per token (B, N, L: tagging, NER) instead of per sequence (B, L)
+    classifier_per_token: bool = False
+    # the vector a per-sequence head reads: the first token (cls, BERT-family) or a pooling
+    classifier_pooling: str = "cls"
+    # per-sequence head: logits = W_o h + b_o with h = act(W_h p + b_h) (F -> F), or h = p for "none"
+    classifier_dense: str = "none"
     # free-form label shown by `ortformer info`; has no effect on the math
     name: str = field(default="custom")
 
@@ -247,6 +261,11 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.sentence_dense_size and cfg.pooling == "none":
         raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps the pooled sentence embedding; "
                           "with pooling='none' there is none: choose a pooling (mean, cls, last, max) or set it to 0")
+    if cfg.classifier_labels < 0:
+        raise ConfigError(f"classifier_labels={cfg.classifier_labels} must be >= 0 (0 = no classifier head)")
+    if cfg.classifier_per_token and cfg.classifier_dense != "none":
+        raise ConfigError(f"classifier_dense={cfg.classifier_dense!r} is a per-sequence head; a per-token "
+                          "classifier is one Linear on every token: set classifier_dense='none'")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
     if cfg.relative_attention_buckets:

@@ -42,6 +42,9 @@ ATTENTION_MASK = "attention_mask"
 TOKEN_TYPE_IDS = "token_type_ids"
 LAST_HIDDEN_STATE = "last_hidden_state"
 SENTENCE_EMBEDDING = "sentence_embedding"
+LOGITS = "logits"
+# optional: the classifier's label names, a JSON list of classifier_labels strings
+META_LABELS = "ortformer.labels"
 
 
 def input_names(cfg: EncoderConfig) -> list[str]:
@@ -56,6 +59,8 @@ def output_names(cfg: EncoderConfig) -> list[str]:
     names = [LAST_HIDDEN_STATE]
     if cfg.pooling != "none":
         names.append(SENTENCE_EMBEDDING)
+    if cfg.classifier_labels:
+        names.append(LOGITS)
     return names
 
 
@@ -64,6 +69,9 @@ def output_shapes(cfg: EncoderConfig) -> dict[str, list]:
     shapes = {LAST_HIDDEN_STATE: [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]}
     if cfg.pooling != "none":
         shapes[SENTENCE_EMBEDDING] = [BATCH_AXIS, cfg.sentence_size]
+    if cfg.classifier_labels:
+        per_token = [SEQUENCE_AXIS] if cfg.classifier_per_token else []
+        shapes[LOGITS] = [BATCH_AXIS, *per_token, cfg.classifier_labels]
     return shapes
 
 
@@ -72,6 +80,24 @@ def input_shapes(cfg: EncoderConfig) -> dict[str, list]:
     if not cfg.takes_ids:
         shapes[INPUTS_EMBEDS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]
     return shapes
+
+
+def labels_json(labels) -> str:
+    """The META_LABELS value; ValueError when it would not read back."""
+    text = json.dumps(list(labels))
+    parse_labels(text)
+    return text
+
+
+def parse_labels(text: str) -> list[str]:
+    """The label names of a META_LABELS value; ValueError naming the problem."""
+    try:
+        labels = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ValueError("must be a JSON list of label names (strings)")
+    return labels
 
 
 def prompts_json(prompts: dict[str, str], default: str | None) -> str:

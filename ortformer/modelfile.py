@@ -98,6 +98,13 @@ class ModelFile:
         """True when texts are lowercased before tokenizing (sentence-transformers' do_lower_case)."""
         return self.metadata.get(contract.META_TEXT_LOWERCASE) == "true"  # "true" / "false", checked on read
 
+    @property
+    def labels(self) -> list[str]:
+        """The classifier's label names by id (checked on read); LABEL_i when none are recorded."""
+        if contract.META_LABELS in self.metadata:
+            return contract.parse_labels(self.metadata[contract.META_LABELS])
+        return [f"LABEL_{i}" for i in range(self.config.classifier_labels)]
+
 
 def read_model_file(path: str | os.PathLike) -> ModelFile:
     """Parse and validate `path`; raise ModelFileError saying what is wrong."""
@@ -180,6 +187,14 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
     if metadata.get(contract.META_TEXT_LOWERCASE, "false") not in ("true", "false"):
         raise ModelFileError(f"{path}: '{contract.META_TEXT_LOWERCASE}' metadata is "
                              f"{metadata[contract.META_TEXT_LOWERCASE]!r}; valid: 'true' or 'false'")
+    if contract.META_LABELS in metadata:
+        try:
+            labels = contract.parse_labels(metadata[contract.META_LABELS])
+        except ValueError as exc:
+            raise ModelFileError(f"{path}: bad '{contract.META_LABELS}' metadata: {exc}") from None
+        if len(labels) != config.classifier_labels:
+            raise ModelFileError(f"{path}: '{contract.META_LABELS}' names {len(labels)} label(s) but the config "
+                                 f"has classifier_labels={config.classifier_labels}")
     if contract.META_PROMPTS in metadata:
         try:
             contract.parse_prompts(metadata[contract.META_PROMPTS])

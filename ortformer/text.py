@@ -91,28 +91,37 @@ class TextEncoder:
         self._tokenizer.no_truncation()
         # [CLS] ... [SEP] for BERT: what the post-processor adds to every single text
         self.num_special_tokens: int = self._tokenizer.num_special_tokens_to_add(is_pair=False)
+        self.num_pair_special_tokens: int = self._tokenizer.num_special_tokens_to_add(is_pair=True)
         self._lock = threading.Lock()  # truncation is tokenizer state: set it and encode as one step
 
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, texts: list[str], max_length: int) -> tuple[list[list[int]], list[list[int]], int]:
+    def encode(self, texts: list[str], max_length: int,
+               pairs: list[str] | None = None) -> tuple[list[list[int]], list[list[int]], int]:
         """(ids, type_ids, n_truncated) for each text, at most ``max_length`` tokens each.
 
+        pairs: a second text per text (a cross-encoder's query and passage), joined by the
+        tokenizer's pair template (BERT: ``[CLS] a [SEP] b [SEP]``, types 0 then 1).
         Truncation goes through the tokenizer's truncation API, so the special
-        tokens survive (BERT: ``[CLS] first max_length-2 tokens [SEP]``). When any
-        text is truncated a TruncationWarning says how many.
+        tokens survive (BERT: ``[CLS] first max_length-2 tokens [SEP]``; pairs: the longer
+        of the two is cut first). When any text is truncated a TruncationWarning says how many.
         """
         texts = check_texts(texts)
-        max_length = check_int("max_length", max_length, low=self.num_special_tokens + 1,
-                               why=f" (the tokenizer adds {self.num_special_tokens} special tokens: "
+        special = self.num_special_tokens if pairs is None else self.num_pair_special_tokens
+        if pairs is not None:
+            pairs = check_texts(pairs)
+            if len(pairs) != len(texts):
+                raise InputError(f"pairs must hold one text per text: got {len(pairs)} pair(s) for {len(texts)} text(s)")
+        max_length = check_int("max_length", max_length, low=special + 1,
+                               why=f" (the tokenizer adds {special} special tokens: "
                                    "a shorter length leaves no room for text)")
         if not texts:
             return [], [], 0
         with self._lock:
             self._tokenizer.enable_truncation(int(max_length))  # stride 0: overflowing holds the cut tail
-            encodings = self._tokenizer.encode_batch(texts)
+            encodings = self._tokenizer.encode_batch(texts if pairs is None else list(zip(texts, pairs)))
         n_truncated = sum(1 for e in encodings if e.overflowing)
         if n_truncated:
             warnings.warn(

@@ -18,7 +18,7 @@ from ..fsutil import reserve
 from ..runtime.validate import as_array
 from .common import CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime, threads_option, written
 
-OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING)
+OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING, contract.LOGITS)
 
 
 def _parse_json(text: str, what: str):
@@ -71,14 +71,14 @@ def _read_mask(mask: str):
     return _parse_json(mask, "--mask")
 
 
-def _read_texts(texts: tuple[str, ...], text_file: str | None) -> list[str] | None:
+def _read_texts(texts: tuple[str, ...], text_file: str | None, what: str = "text") -> list[str] | None:
     if texts and text_file:
-        raise click.UsageError("give either --text or --text-file, not both")
+        raise click.UsageError(f"give either --{what} or --{what}-file, not both")
     if text_file:
         try:
             text = Path(text_file).read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            raise CliError(f"--text-file {text_file} is not UTF-8 text: {exc}") from None
+            raise CliError(f"--{what}-file {text_file} is not UTF-8 text: {exc}") from None
         # one row per line, blank lines included, so output rows line up with input lines;
         # only "\n" ends a line (str.splitlines would also split on U+2028 and friends)
         lines = text.split("\n")
@@ -160,7 +160,7 @@ def _write(result, fmt: str, out: Path | None, width: int) -> None:
         result = np.empty((0, 0, width), np.float32)
     if isinstance(result, list):  # per-sequence arrays of different lengths
         if len({r.shape for r in result}) > 1:
-            raise CliError("sequences have different lengths, so last_hidden_state is ragged: "
+            raise CliError("sequences have different lengths, so a per-token output is ragged: "
                            "use --format json (one list per sequence); with --ids or --input, "
                            "padding the ids and passing --mask also works")
         result = np.stack(result)
@@ -171,6 +171,11 @@ def _write(result, fmt: str, out: Path | None, width: int) -> None:
         buffer = io.BytesIO()  # is a bare OSError, not the BrokenPipeError the CLI leaves quietly on
         np.save(buffer, result)
         sys.stdout.buffer.write(buffer.getbuffer())
+
+
+def _width(runtime: Runtime, output: str) -> int:
+    """The last axis of ``output``: hidden_size, sentence_size or the number of labels."""
+    return contract.output_shapes(runtime.config)[output][-1]
 
 
 def _jsonable(result):
@@ -186,6 +191,11 @@ def _jsonable(result):
                               "needs a rectangular input.")
 @click.option("--text", "texts", multiple=True, help="A text to embed with the model's tokenizer (repeatable).")
 @click.option("--text-file", type=click.Path(exists=True, dir_okay=False), help="Texts to embed, one per line.")
+@click.option("--pair", "pairs", multiple=True,
+              help="A second text for each --text, joined by the tokenizer's pair template (a cross-encoder's "
+                   "passage for its query); repeatable, one per --text.")
+@click.option("--pair-file", type=click.Path(exists=True, dir_okay=False),
+              help="Second texts, one per line, paired with --text-file's lines.")
 @click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
                                     "default: the model's default prompt; '' for none.")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True)
@@ -197,14 +207,15 @@ def _jsonable(result):
               help="Cap each batch at this many padded tokens (default on CPU: 256 per thread; CUDA: no cap). "
                    "Not with --mask; stdin lines run one by one.")
 @click.option("--tensor", type=click.Choice(OUTPUTS),
-              help="Which output tensor (default: sentence_embedding when the model pools).")
+              help="Which output tensor (default: logits for a classifier, else sentence_embedding when "
+                   "the model pools, else last_hidden_state).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False),
               help="Write the result to this file instead of stdout (atomically, once the run succeeded).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.pass_context
-def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, provider, allow_fallback, device_id,
-          threads, batch_size, max_tokens, tensor, fmt, out, force):
+def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file, prompt_name, provider,
+          allow_fallback, device_id, threads, batch_size, max_tokens, tensor, fmt, out, force):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
     Input comes from --ids, --input, or stdin: one JSON array of ids per line,
@@ -218,14 +229,19 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, prov
       printf '[1, 2, 3]\\n[4, 5]\\n' | ortformer infer tiny.onnx --provider cpu
       ortformer infer minilm.onnx --text "A first sentence." --text "Another one."
       ortformer infer minilm.onnx --text-file sentences.txt -o embeddings.npy
+      ortformer infer reranker.onnx --text "a query" --pair "a passage" --pair "another passage" --text "a query"
     """
     quiet_onnxruntime(ctx)
     if out in OUTPUTS:
         raise click.UsageError(f"-o/--output names the output file; pick the output tensor with --tensor {out}")
     if out is not None:
-        out = check_output(out, force=force, option="-o/--output", inputs=[model, input_file, text_file])
+        out = check_output(out, force=force, option="-o/--output", inputs=[model, input_file, text_file, pair_file])
     fmt = fmt or ("npy" if out and out.suffix == ".npy" else "json")
     text_input = _read_texts(texts, text_file)
+    pair_input = _read_texts(pairs, pair_file, "pair")
+    if pair_input is not None and (text_input is None or len(pair_input) != len(text_input)):
+        raise click.UsageError(f"--pair / --pair-file give a second text for each text: got "
+                               f"{len(pair_input)} pair(s) for {len(text_input or [])} text(s)")
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
         raise click.UsageError("give text (--text/--text-file) or token ids (--ids/--input/--mask), not both")
     if prompt_name is not None and text_input is None:
@@ -249,10 +265,10 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, prov
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens,
-                                         prompt_name=prompt_name)
+                                         prompt_name=prompt_name, pairs=pair_input)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
-        _write(result, fmt, out, runtime.config.hidden_size)
+        _write(result, fmt, out, _width(runtime, output))
         return
     if ids is not None or input_file is not None:
         batch = _as_batch(data, runtime)
@@ -262,7 +278,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, prompt_name, prov
         if out and fmt == "npy" and output == contract.LAST_HIDDEN_STATE and _rectangular(batch, runtime):
             _infer_to_memmap(runtime, batch, mask, batch_size, out)
         else:
-            _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, runtime.config.hidden_size)
+            _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, _width(runtime, output))
         return
     if out is None:
         _stream(runtime, output, None)
@@ -328,6 +344,11 @@ def info(ctx, model, as_json, sequence_length):
     elif text:
         lowered = ", lowercased first" if text["lowercase"] else ""
         click.echo(f"text        {text['tokenizer']}, truncated at {text['max_length']} tokens{lowered}")
+    if report.get("labels"):
+        cfg_labels = config.get("classifier_labels")
+        per = "per token" if config.get("classifier_per_token") else "per sequence"
+        click.echo(f"labels      {cfg_labels} ({per}, the logits output): " + ", ".join(
+            f"{i}={name}" for i, name in enumerate(report["labels"][:20])) + (" ..." if cfg_labels > 20 else ""))
     prompts = report.get("prompts") or {}
     for i, (prompt, text) in enumerate(sorted((prompts.get("prompts") or {}).items())):
         default = " (default)" if prompt == prompts.get("default") else ""

@@ -30,7 +30,7 @@ from .chunked import chunked_gate, chunked_payload
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
-from .text_parity import text_parity
+from .text_parity import compared_output, text_parity
 from ..text import check_tokenizer
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
@@ -147,7 +147,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False,
            family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
-           chunked: bool = True,
+           chunked: bool = True, labels=(),
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
@@ -162,6 +162,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     family: the Hugging Face model_type the weights came from, recorded for ``info``.
     prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
         tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
+    labels: the classifier head's label names by id (config.classifier_labels of them),
+        recorded for ``Runtime.labels`` and ``info``.
     chunked: for float32 linear-family models, also write the chunk stages that let the
         runtime run sequences of any length chunk by chunk (and stream causal models);
         gated on cases longer than one chunk.
@@ -220,6 +222,14 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         meta[contract.META_TEXT_LOWERCASE] = "true"
     if family is not None:
         meta[contract.META_FAMILY] = str(family)
+    if labels:
+        if len(labels) != cfg.classifier_labels:
+            raise ExportError(f"labels names {len(labels)} label(s) but the model's classifier has "
+                              f"classifier_labels={cfg.classifier_labels}")
+        try:
+            meta[contract.META_LABELS] = contract.labels_json(labels)
+        except ValueError as exc:
+            raise ExportError(f"labels: {exc}") from None
     if prompts or default_prompt is not None:
         try:
             meta[contract.META_PROMPTS] = contract.prompts_json(dict(prompts or {}), default_prompt)
@@ -284,7 +294,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     if contract.META_CHUNKED in {p.key for p in onnx.load(str(staged.path), load_external_data=False).metadata_props}:
         report["chunked"] = chunked_gate(staged.path, eager_runner(reference), cfg, dtype)
         report["passed"] = report["passed"] and report["chunked"]["passed"]
-    if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(cfg):
+    if tokenizer is not None and compared_output(cfg) is not None:
         # recorded beside the gate, not gated: the grid is the gate every model shares
         session = ort.InferenceSession(str(staged.path), options, providers=["CPUExecutionProvider"])
         report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),

@@ -28,12 +28,23 @@ SENTENCES = 48
 TOKENS_PER_BATCH = 2048  # bounds eager PyTorch's memory on long paragraphs
 
 
+def compared_output(cfg: EncoderConfig) -> str | None:
+    """The one-vector-per-text output the check compares: a classifier's per-sequence
+    logits, else the sentence embedding; None when the model has neither."""
+    if cfg.classifier_labels and not cfg.classifier_per_token:
+        return contract.LOGITS
+    return contract.SENTENCE_EMBEDDING if cfg.pooling != "none" else None
+
+
 def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, tokenizer: Path, max_length: int,
                 count: int = SENTENCES, lowercase: bool = False) -> dict:
-    """{"sentences", "min_cosine", "median_cosine"} of sentence embeddings, session vs eager.
+    """{"sentences", "output", "min_cosine", "median_cosine", "max_abs"} of compared_output(cfg),
+    session vs eager.
 
-    Cosine per sentence between (n, S) embeddings; max_length truncates as embed_texts does.
+    Cosine per sentence between (n, S) vectors (for a single logit: its sign), and the
+    largest absolute difference; max_length truncates as embed_texts does.
     """
+    output = compared_output(cfg)
     from ..text import TextEncoder, TruncationWarning
 
     # recorded, never gated: a tokenizer that cannot run here skips the check, not the export
@@ -49,13 +60,15 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     if largest >= cfg.vocab_size:
         return {"skipped": True, "reason": f"the tokenizer gives ids up to {largest}, beyond the model's "
                                            f"vocab_size {cfg.vocab_size}: tokenizer and model do not belong together"}
-    cosines = np.empty(len(arrays))
+    cosines, max_abs = np.empty(len(arrays)), 0.0
     for batch in length_batches(np.array([len(a) for a in arrays]), count, TOKENS_PER_BATCH):
         padded, mask = pad([arrays[i] for i in batch])
         feeds = {contract.INPUT_IDS: padded, contract.ATTENTION_MASK: mask}
         if cfg.type_vocab_size:
             feeds[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
-        got = session.run([contract.SENTENCE_EMBEDDING], feeds)[0]
-        want = eager(feeds)[contract.SENTENCE_EMBEDDING]
+        got = session.run([output], feeds)[0]
+        want = eager(feeds)[output]
         cosines[batch] = row_cosines(got, want)
-    return {"sentences": len(arrays), "min_cosine": float(cosines.min()), "median_cosine": float(np.median(cosines))}
+        max_abs = max(max_abs, float(np.abs(got.astype(np.float64) - want).max()))
+    return {"sentences": len(arrays), "output": output, "min_cosine": float(cosines.min()),
+            "median_cosine": float(np.median(cosines)), "max_abs": max_abs}

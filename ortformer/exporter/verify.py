@@ -19,7 +19,7 @@ from ..models import Encoder, Loaded, build_encoder, load_any
 from ..modelfile import ModelFile, read_model_file, tokenizer_path
 from ..text import check_tokenizer
 from .export import check_file, eager_runner
-from .text_parity import text_parity
+from .text_parity import compared_output, text_parity
 from ..parity import GATES, failed_cases, run_parity
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
@@ -129,7 +129,7 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     options.log_severity_level = 3
     session = ort.InferenceSession(str(model_file.path), options, providers=["CPUExecutionProvider"])
     report = run_parity(session, eager_runner(reference), model_file.config, file_dtype(model_file))
-    if tokenizer is not None and contract.SENTENCE_EMBEDDING in contract.output_names(model_file.config):
+    if tokenizer is not None and compared_output(model_file.config) is not None:
         step("real sentences against the reference")  # recorded as at export, not gated
         report["text"] = text_parity(session, eager_runner(reference), model_file.config, tokenizer,
                                      model_file.text_max_length, lowercase=model_file.text_lowercase)

@@ -33,6 +33,7 @@ def chunkable(cfg) -> str | None:
         (not cfg.ffn_gated and cfg.bias, "a gated or bias-free feed-forward network"),
         (cfg.pooling in SUPPORTED_POOLING, f"pooling={cfg.pooling!r}"),
         (not cfg.sentence_dense_size, "a Dense head on the sentence embedding"),
+        (not cfg.classifier_labels, "a classifier head"),
         (not cfg.attention_head_size, "an attention_head_size other than hidden_size / num_heads"),
     ]
     for ok, what in checks:

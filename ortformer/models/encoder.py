@@ -45,7 +45,9 @@ class Encoder(nn.Module):
     attention_mask: int (B, N), 1 = keep, 0 = padding.
     Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, S):
     p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense_size = S, else s = p;
-    then s / ||s|| when normalize_embeddings.
+    then s / ||s|| when normalize_embeddings. With classifier_labels = L, logits: per token
+    W x_i + b (B, N, L); per sequence W_o h + b_o (B, L) with h = act(W_h p_c + b_h) (or p_c
+    when classifier_dense = "none") and p_c = pool(x, classifier_pooling).
 
     Embeddings, E = embedding_size or F:
       e = tokens + types + positions                       (B, N, E)
@@ -77,6 +79,10 @@ class Encoder(nn.Module):
         self.sentence_dense = (nn.Linear(cfg.hidden_size, cfg.sentence_dense_size, bias=cfg.sentence_dense_bias)
                                if cfg.sentence_dense_size else None)
         self.sentence_activation = make_activation(cfg.sentence_dense_activation)
+        labels, dense = cfg.classifier_labels, cfg.classifier_dense
+        self.classifier_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size) if labels and dense != "none" else None
+        self.classifier_activation = make_activation("identity" if dense == "none" else dense)
+        self.classifier = nn.Linear(cfg.hidden_size, labels) if labels else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -115,7 +121,18 @@ class Encoder(nn.Module):
             if self.sentence_dense is not None:
                 pooled = self.sentence_activation(self.sentence_dense(pooled))  # (B, S)
             outputs["sentence_embedding"] = normalized(pooled) if cfg.normalize_embeddings else pooled
+        if self.classifier is not None:
+            outputs["logits"] = self.classify(x, key_mask)
         return outputs
+
+    def classify(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """logits (B, N, L) per token or (B, L) per sequence from x (B, N, F)."""
+        if self.config.classifier_per_token:
+            return self.classifier(x)
+        pooled = pool(x, key_mask, self.config.classifier_pooling)  # (B, F)
+        if self.classifier_dense is not None:
+            pooled = self.classifier_activation(self.classifier_dense(pooled))
+        return self.classifier(pooled)
 
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:

@@ -23,6 +23,7 @@ class Loaded:
     # sentence-transformers prompts: name -> text prepended to each input before tokenizing
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str | None = None  # the prompt used when the caller names none
+    labels: tuple[str, ...] = ()  # the classifier head's label names by id (config.classifier_labels)
 
     @property
     def config(self) -> EncoderConfig:
@@ -31,7 +32,8 @@ class Loaded:
     def export_options(self, text: bool = True) -> dict:
         """The keyword arguments of ``exporter.export`` that carry this model's provenance and,
         with ``text``, how it reads texts (tokenizer, truncation length, lowercasing, prompts)."""
-        options = {"source": self.source, "family": None if self.family == "ortformer" else self.family}
+        options = {"source": self.source, "family": None if self.family == "ortformer" else self.family,
+                   "labels": self.labels}
         if text:
             options.update(tokenizer=self.tokenizer, text_max_length=self.text_max_length,
                            text_lowercase=self.text_lowercase, prompts=self.prompts,

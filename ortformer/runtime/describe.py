@@ -25,7 +25,7 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
     really loads is seen, not guessed). Keys: path, files {path: bytes}, format, version,
     source, config, inputs, outputs, parameters {total, per part}, flops {sequence_length,
     total, per part}, parity, providers {available, usable, cuda_unusable_reason}, family,
-    prompts, text {tokenizer, max_length, lowercase, unavailable}, int8 and optimized.
+    prompts, labels, text {tokenizer, max_length, lowercase, unavailable}, int8 and optimized.
     """
     with warnings.catch_warnings():  # an unusable tokenizer is reported under "text" instead
         warnings.simplefilter("ignore", TextUnavailableWarning)
@@ -44,6 +44,8 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "source": runtime.source,
         "family": runtime.family,  # the Hugging Face model_type imported, or None
         "prompts": {"prompts": runtime.prompts, "default": runtime.default_prompt},
+        # a classifier's label names by id, for the logits output ([] without a classifier)
+        "labels": runtime.labels,
         # how texts become ids: None when the file names no tokenizer; "unavailable" says why
         # a named one cannot be used (the model still takes token ids)
         "text": {"tokenizer": runtime.metadata[contract.META_TOKENIZER], "max_length": runtime.text_max_length,

