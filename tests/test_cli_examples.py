@@ -81,6 +81,12 @@ def inputs(tmp_path_factory):
         shutil.copy(folder / "minilm.onnx", folder / name)
         shutil.copy(folder / "minilm.tokenizer.json", folder / f"{Path(name).stem}.tokenizer.json")
         onnx_rename_tokenizer(folder / name, f"{Path(name).stem}.tokenizer.json")
+    reranker = folder / "cross-encoder"  # a one-logit classifier, as cross-encoder rerankers are
+    transformers.BertForSequenceClassification(transformers.BertConfig(**{**config.to_dict(), "num_labels": 1})) \
+        .eval().save_pretrained(str(reranker))
+    shutil.copy(real / "tokenizer.json", reranker / "tokenizer.json")
+    loaded = load_any(reranker)
+    export(loaded.model, folder / "reranker.onnx", parity=False, **loaded.export_options())
     np.save(folder / "batch.npy", np.array([[101, 7592, 102], [101, 2088, 102]], np.int64))
     (folder / "sentences.txt").write_text("A first sentence.\nAnother one.\n")
     (folder / "my_config.json").write_text(json.dumps({"num_layers": 1, "hidden_size": 32, "num_heads": 2,
