@@ -226,3 +226,26 @@ def test_cli_exports_a_cross_encoder_and_scores_pairs(tmp_path):
                                                  "--pair", "b", code=2)
     assert "--pair or --pair-file, not both" in fail("infer", tmp_path / "ce.onnx", "--text-file", tmp_path / "q.txt",
                                                      "--pair", "a", "--pair-file", tmp_path / "p.txt", code=2)
+
+
+def test_a_sentence_transformers_cross_encoder_folder_scores_as_predict(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    folder = tmp_path / "hf"
+    torch.manual_seed(3)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=30522, **{**SMALL, "id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    model.eval().save_pretrained(str(folder))
+    shutil.copy(minilm.get_model_path() / "tokenizer.json", folder / "tokenizer.json")
+    cross_encoder = st.CrossEncoder(str(folder), device="cpu")
+    cross_encoder.save_pretrained(str(tmp_path / "ce"))  # sentence-transformers' own layout (modules.json)
+    loaded = load_any(tmp_path / "ce")
+    path = export(loaded.model, tmp_path / "ce.onnx", **loaded.export_options()).path
+    pairs = [("what is paris", "paris is the capital of france"), ("hi", "the weather today is sunny"),
+             ("a longer query about plants and light", "photosynthesis " * 30)]
+    logits = Runtime(path, "cpu").embed_texts([q for q, _ in pairs], pairs=[p for _, p in pairs])
+    want = cross_encoder.predict(pairs)  # its activation_fn: sigmoid for one label
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits[:, 0])), want, atol=1e-5)
+    assert np.ptp(logits) > 1e-3  # the pairs score differently: a constant would not test much
