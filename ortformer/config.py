@@ -25,7 +25,7 @@ POOLINGS = ("none", "mean", "cls", "last", "max")
 DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
 # classifier head: "none" = logits = W p + b; else a hidden Dense with this act first
 # (BERT's pooler and RoBERTa's head: tanh; DistilBERT: relu; ELECTRA, DeBERTa: gelu)
-CLASSIFIER_DENSE = ("none", "tanh", "relu", "gelu")
+CLASSIFIER_DENSE = ("none", "tanh", "relu", "gelu", "gelu_tanh", "silu")
 # which attention kinds each variant works with, and why the others cannot
 SOFTMAX_ONLY = ("relative_attention_buckets", "local_window", "disentangled_buckets")
 
@@ -138,8 +138,11 @@ class EncoderConfig:
     classifier_per_token: bool = False
     # the vector a per-sequence head reads: the first token (cls, BERT-family) or a pooling
     classifier_pooling: str = "cls"
-    # per-sequence head: logits = W_o h + b_o with h = act(W_h p + b_h) (F -> F), or h = p for "none"
+    # the head's hidden Dense: logits = W_o h + b_o with h = act(W_h p + b_h) (F -> F), or h = p
+    # for "none"; a per-token head applies it to every token
     classifier_dense: str = "none"
+    # normalise h with the config's norm after the Dense (ModernBERT's prediction head)
+    classifier_norm: bool = False
     # free-form label shown by `ortformer info`; has no effect on the math
     name: str = field(default="custom")
 
@@ -263,9 +266,8 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "with pooling='none' there is none: choose a pooling (mean, cls, last, max) or set it to 0")
     if cfg.classifier_labels < 0:
         raise ConfigError(f"classifier_labels={cfg.classifier_labels} must be >= 0 (0 = no classifier head)")
-    if cfg.classifier_per_token and cfg.classifier_dense != "none":
-        raise ConfigError(f"classifier_dense={cfg.classifier_dense!r} is a per-sequence head; a per-token "
-                          "classifier is one Linear on every token: set classifier_dense='none'")
+    if cfg.classifier_norm and cfg.classifier_dense == "none":
+        raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
     if cfg.relative_attention_buckets:

@@ -12,8 +12,8 @@ D = head size, L = layers:
 - embeddings: vocab x E tokens, max_positions x E learned positions, types x E
   (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
 - a sentence Dense head: F x S weights (+ S bias), S = sentence_dense_size
-- a classifier: F x L weights + L biases (L = classifier_labels), plus F x F + F for a
-  per-sequence head's hidden Dense
+- a classifier: F x L weights + L biases (L = classifier_labels), plus F x F + F for the
+  head's hidden Dense and a norm's parameters when classifier_norm
 FLOPs count a multiply-add as 2.
 """
 from __future__ import annotations
@@ -57,7 +57,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "disentangled_positions": (2 * cfg.disentangled_buckets * F + _norm_params(cfg)) if cfg.disentangled_buckets else 0,
         "sentence_dense": cfg.sentence_dense_size * (F + (1 if cfg.sentence_dense_bias else 0)),
         "classifier": (cfg.classifier_labels * (F + 1)
-                       + (F * (F + 1) if cfg.classifier_labels and cfg.classifier_dense != "none" else 0)),
+                       + (F * (F + 1) if cfg.classifier_labels and cfg.classifier_dense != "none" else 0)
+                       + (_norm_params(cfg) if cfg.classifier_labels and cfg.classifier_norm else 0)),
     }
 
 

@@ -45,9 +45,9 @@ class Encoder(nn.Module):
     attention_mask: int (B, N), 1 = keep, 0 = padding.
     Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, S):
     p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense_size = S, else s = p;
-    then s / ||s|| when normalize_embeddings. With classifier_labels = L, logits: per token
-    W x_i + b (B, N, L); per sequence W_o h + b_o (B, L) with h = act(W_h p_c + b_h) (or p_c
-    when classifier_dense = "none") and p_c = pool(x, classifier_pooling).
+    then s / ||s|| when normalize_embeddings. With classifier_labels = L, logits = W_o h + b_o
+    with h = norm(act(W_h v + b_h)) (the Dense when classifier_dense is set, the norm when
+    classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L).
 
     Embeddings, E = embedding_size or F:
       e = tokens + types + positions                       (B, N, E)
@@ -82,6 +82,7 @@ class Encoder(nn.Module):
         labels, dense = cfg.classifier_labels, cfg.classifier_dense
         self.classifier_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size) if labels and dense != "none" else None
         self.classifier_activation = make_activation("identity" if dense == "none" else dense)
+        self.classifier_norm = make_norm(cfg) if labels and cfg.classifier_norm else None
         self.classifier = nn.Linear(cfg.hidden_size, labels) if labels else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
@@ -127,12 +128,12 @@ class Encoder(nn.Module):
 
     def classify(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         """logits (B, N, L) per token or (B, L) per sequence from x (B, N, F)."""
-        if self.config.classifier_per_token:
-            return self.classifier(x)
-        pooled = pool(x, key_mask, self.config.classifier_pooling)  # (B, F)
+        h = x if self.config.classifier_per_token else pool(x, key_mask, self.config.classifier_pooling)
         if self.classifier_dense is not None:
-            pooled = self.classifier_activation(self.classifier_dense(pooled))
-        return self.classifier(pooled)
+            h = self.classifier_activation(self.classifier_dense(h))
+        if self.classifier_norm is not None:
+            h = self.classifier_norm(h)
+        return self.classifier(h)
 
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:

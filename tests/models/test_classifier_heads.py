@@ -39,6 +39,12 @@ FAMILIES = {
         type_vocab_size=0, pooler_hidden_act="gelu", **SMALL), "DebertaV2"),
     "mpnet": lambda: (transformers.MPNetConfig(vocab_size=120, **{**SMALL, "max_position_embeddings": 66}), "MPNet"),
     "albert": lambda: (transformers.AlbertConfig(vocab_size=120, embedding_size=16, **SMALL), "Albert"),
+    # mean pooling, a prediction head with a norm, no Dense bias (classifier_bias=false)
+    "modernbert": lambda: (transformers.ModernBertConfig(
+        vocab_size=120, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+        global_attn_every_n_layers=2, local_attention=8, max_position_embeddings=64, pad_token_id=0,
+        classifier_pooling="mean", classifier_activation="silu", id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()}), "ModernBert"),
 }
 
 
@@ -50,7 +56,7 @@ def save_task_model(family: str, task: str, folder, seed: int = 0):
     model = model_cls(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.startswith(("classifier", "pre_classifier", "pooler")) or ".pooler" in name:
+            if name.startswith(("classifier", "pre_classifier", "pooler", "head.")) or ".pooler" in name:
                 p.copy_(torch.randn_like(p) * 0.3)
     model.save_pretrained(str(folder))
     return model, config
@@ -89,7 +95,8 @@ def test_eager_logits_equal_transformers(tmp_path, family, task):
 
 
 @pytest.mark.parametrize("family, task", [("bert", "SequenceClassification"), ("xlm-roberta", "SequenceClassification"),
-                                          ("distilbert", "TokenClassification"), ("deberta-v2", "SequenceClassification")])
+                                          ("distilbert", "TokenClassification"), ("deberta-v2", "SequenceClassification"),
+                                          ("modernbert", "SequenceClassification")])
 def test_onnx_logits_equal_transformers_and_keep_labels(tmp_path, family, task):
     model, config = save_task_model(family, task, tmp_path / "m")
     loaded = load_any(tmp_path / "m")
@@ -148,14 +155,16 @@ def test_a_cross_encoder_scores_text_pairs_as_transformers(tmp_path):
 def test_native_classifier_configs_export_and_are_checked(tmp_path):
     for overrides in ({"classifier_labels": 4, "classifier_dense": "tanh", "classifier_pooling": "mean"},
                       {"classifier_labels": 2, "classifier_per_token": True, "pooling": "none"},
-                      {"classifier_labels": 1, "classifier_dense": "gelu"}):
+                      {"classifier_labels": 1, "classifier_dense": "gelu"},
+                      {"classifier_labels": 3, "classifier_per_token": True, "classifier_dense": "silu",
+                       "classifier_norm": True}):
         cfg = preset("tiny", **overrides)
         assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
         assert EncoderConfig.from_json(cfg.to_json()) == cfg
     with pytest.raises(ConfigError, match="classifier_labels=-1 must be >= 0"):
         preset("tiny", classifier_labels=-1)
-    with pytest.raises(ConfigError, match="per-token classifier is one Linear"):
-        preset("tiny", classifier_labels=2, classifier_per_token=True, classifier_dense="tanh")
+    with pytest.raises(ConfigError, match="classifier_norm=True normalises the classifier's hidden Dense"):
+        preset("tiny", classifier_labels=2, classifier_norm=True)
     with pytest.raises(ConfigError, match="classifier_pooling='none' is not valid"):
         preset("tiny", classifier_labels=2, classifier_pooling="none")
     model = build_encoder(preset("tiny", classifier_labels=2, classifier_dense="relu"))

@@ -293,7 +293,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
     if head is not None:
-        head_tensors, used = head.tensors(raw, cfg.hidden_size, str(weights))
+        head_tensors, used = head.tensors(raw, cfg.hidden_size, cfg.bias, str(weights))
         mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used]
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))

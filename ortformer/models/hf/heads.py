@@ -2,8 +2,9 @@
 
 A per-sequence head reads the first token: logits = W_o act(W_h x_0 + b_h) + b_o (B, L), which
 is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification head, DistilBERT's
-pre_classifier + classifier and DeBERTa's context pooler + classifier. A per-token head is one
-Linear on every token, logits (B, N, L). The tensors keep the names the task model saves them
+pre_classifier + classifier and DeBERTa's context pooler + classifier; ModernBERT's reads the
+first token or the mean and adds a norm: W_o norm(act(W_h v)) + b_o. A per-token head is one
+Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). The tensors keep the names the task model saves them
 under; the family's own loader drops them as before, and import_folder takes them from here.
 """
 from __future__ import annotations
@@ -16,9 +17,11 @@ from ..weights import Tensors
 
 @dataclass(frozen=True)
 class HeadLayout:
-    dense: str | None  # the hidden Linear of a per-sequence head ("" prefix-free name), or None
+    dense: str | None  # the head's hidden Linear, as the task model names it, or None
     out: str  # the Linear that gives the logits
-    activation: str  # config.CLASSIFIER_DENSE
+    activation: str  # after the hidden Linear: config.CLASSIFIER_DENSE
+    norm: str | None = None  # a norm after the activation (ModernBERT), or None
+    pooling: str = "cls"  # what a per-sequence head reads
 
 
 # model_type -> the per-sequence head; every family's per-token head is "classifier"
@@ -34,7 +37,7 @@ SEQUENCE_HEADS = {
     "albert": HeadLayout("albert.pooler", "classifier", "tanh"),
 }
 TOKEN_HEAD_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "deberta-v2",
-                       "mpnet", "albert")
+                       "mpnet", "albert", "modernbert")
 
 
 @dataclass(frozen=True)
@@ -46,31 +49,40 @@ class ClassifierHead:
 
     def fields(self) -> dict:
         """The EncoderConfig fields of this head."""
-        dense = "none" if self.per_token or self.layout.dense is None else self.layout.activation
+        layout = self.layout
         return {"classifier_labels": len(self.labels), "classifier_per_token": self.per_token,
-                "classifier_pooling": "cls", "classifier_dense": dense}
+                "classifier_pooling": layout.pooling, "classifier_norm": layout.norm is not None,
+                "classifier_dense": layout.activation if layout.dense is not None else "none"}
 
-    def tensors(self, raw: Tensors, hidden_size: int, what: str) -> tuple[Tensors, set[str]]:
-        """The head's weights under the Encoder's names, and the raw names they came from."""
+    def tensors(self, raw: Tensors, hidden_size: int, norm_bias: bool, what: str) -> tuple[Tensors, set[str]]:
+        """The head's weights under the Encoder's names, and the raw names they came from.
+        A hidden Linear saved without a bias (ModernBERT's classifier_bias=false) gets zeros."""
         import torch
 
-        parts = [("classifier", self.layout.out, len(self.labels))]
-        if self.layout.dense is not None and not self.per_token:
-            parts.append(("classifier_dense", self.layout.dense, hidden_size))
+        F, L = hidden_size, len(self.labels)
+        # (target, source, kind, shape, may be absent)
+        parts = [("classifier", self.layout.out, "weight", (L, F), False),
+                 ("classifier", self.layout.out, "bias", (L,), False)]
+        if self.layout.dense is not None:
+            parts += [("classifier_dense", self.layout.dense, "weight", (F, F), False),
+                      ("classifier_dense", self.layout.dense, "bias", (F,), True)]
+        if self.layout.norm is not None:
+            parts += [("classifier_norm", self.layout.norm, "weight", (F,), False)]
+            parts += [("classifier_norm", self.layout.norm, "bias", (F,), False)] if norm_bias else []
         mapped, used = {}, set()
-        for target, source, rows in parts:
-            for kind in ("weight", "bias"):
-                name = f"{source}.{kind}"
-                if name not in raw:
-                    raise CheckpointError(f"{what}: the classifier head's {name} is missing (config.json's "
-                                          "architectures names a classification model)")
-                tensor = raw[name]
-                want = (rows, hidden_size) if kind == "weight" else (rows,)
-                if tuple(tensor.shape) != want:
-                    raise CheckpointError(f"{what}: {name} has shape {tuple(tensor.shape)}, expected {want} "
-                                          f"({len(self.labels)} labels, hidden size {hidden_size})")
-                mapped[f"{target}.{kind}"] = tensor.to(torch.float32)
-                used.add(name)
+        for target, source, kind, shape, optional in parts:
+            name = f"{source}.{kind}"
+            if name not in raw:
+                if optional:
+                    mapped[f"{target}.{kind}"] = torch.zeros(shape)
+                    continue
+                raise CheckpointError(f"{what}: the classifier head's {name} is missing (config.json's "
+                                      "architectures names a classification model)")
+            if tuple(raw[name].shape) != shape:
+                raise CheckpointError(f"{what}: {name} has shape {tuple(raw[name].shape)}, expected {shape} "
+                                      f"({L} labels, hidden size {F})")
+            mapped[f"{target}.{kind}"] = raw[name].to(torch.float32)
+            used.add(name)
         return mapped, used
 
 
@@ -84,10 +96,12 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     per_token = architecture.endswith("ForTokenClassification")
     if not (per_token or architecture.endswith("ForSequenceClassification")):
         return None
-    if model_type not in (TOKEN_HEAD_FAMILIES if per_token else SEQUENCE_HEADS):
+    if model_type not in (TOKEN_HEAD_FAMILIES if per_token else (*SEQUENCE_HEADS, "modernbert")):
         return None
-    layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS[model_type]
-    if model_type == "deberta-v2" and not per_token:
+    layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
+    if model_type == "modernbert":
+        layout = _modernbert_head(hf, what)
+    elif model_type == "deberta-v2" and not per_token:
         act = hf.get("pooler_hidden_act", "gelu")
         if act not in ("gelu", "tanh", "relu"):
             raise CheckpointError(f"{what} config.json pooler_hidden_act={act!r} is not supported; "
@@ -97,6 +111,20 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
                                   f"from hidden_size={hf.get('hidden_size')!r}; ortformer's head keeps the width")
         layout = HeadLayout(layout.dense, layout.out, act)
     return ClassifierHead(per_token, layout, _labels(hf, what))
+
+
+def _modernbert_head(hf: dict, what: str) -> HeadLayout:
+    """ModernBERT's prediction head, per token or on the pooled vector: norm(act(W v))."""
+    from .bert import ACTIVATIONS
+
+    act = hf.get("classifier_activation", "gelu")
+    if ACTIVATIONS.get(act, act) not in ("tanh", "relu", "gelu", "gelu_tanh", "silu"):
+        raise CheckpointError(f"{what} config.json classifier_activation={act!r} is not supported; "
+                              f"ortformer implements {', '.join(sorted({*ACTIVATIONS, 'tanh'}))}")
+    pooling = hf.get("classifier_pooling", "cls")
+    if pooling not in ("cls", "mean"):
+        raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; valid: 'cls', 'mean'")
+    return HeadLayout("head.dense", "classifier", ACTIVATIONS.get(act, act), "head.norm", pooling)
 
 
 def _labels(hf: dict, what: str) -> tuple[str, ...]:
