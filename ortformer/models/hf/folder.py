@@ -285,15 +285,15 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     # a Dense head maps the pooled vector: without a pooling (pooling="none") it has nothing to map
     dense = st.dense if st.dense is not None and pooling != "none" else None
     # a fine-tuned classifier (config.json's architectures) keeps its head as the logits output
-    head = classifier_head(hf_config, hf_config.get("model_type"), str(model_dir))
+    classifier = classifier_head(hf_config, hf_config.get("model_type"), str(model_dir))
     common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name,
-              **(dense.fields() if dense else {}), **(head.fields() if head else {})}
+              **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {})}
     cfg = build(hf_config, common)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
-    if head is not None:
-        head_tensors, used = head.tensors(raw, cfg.hidden_size, cfg.bias, str(weights))
+    if classifier is not None:
+        head_tensors, used = classifier.tensors(raw, cfg.hidden_size, cfg.bias, str(weights))
         mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used]
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
@@ -306,7 +306,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
     return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
-                  default_prompt=st.default_prompt, labels=head.labels if head else ())
+                  default_prompt=st.default_prompt, labels=classifier.labels if classifier else ())
 
 
 def make_config(what: str, **fields) -> EncoderConfig:
