@@ -271,7 +271,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     normalize_embeddings and name; map_weights(tensors, cfg, what, duplicates) ->
     (ortformer-named tensors, dropped names), checking what it maps.
     pooling / normalize override the sentence-transformers config; without one the
-    default is pooling="none" (a model's own pooler head is not imported).
+    default is pooling="none" (a base model's pooler is not imported). A classifier's head
+    (config.json's architectures, heads.py) becomes the logits output.
     """
     root = Path(folder)
     if not root.is_dir():
