@@ -144,6 +144,17 @@ def sentence_folder(folder: Path, tokenizer_dir: Path, *, pooling: str, normaliz
     return folder
 
 
+def mean_pooling_layout(folder: Path, width: int, max_seq_length: int) -> Path:
+    """sentence-transformers' Transformer + mean Pooling modules around ``folder``'s own files."""
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": width, "pooling_mode": "mean"}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    return folder
+
+
 def st_embeddings(folder: Path, texts: list[str], prompt_name: str | None = None) -> np.ndarray:
     """sentence-transformers' own embeddings of ``texts`` from ``folder``."""
     st = pytest.importorskip("sentence_transformers")

@@ -7,7 +7,8 @@ import io
 import json
 
 import pytest
-from hf_support import assert_same_embeddings, load_and_export, save_hf, st_embeddings, transformers
+from hf_support import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
+                        transformers)
 
 from ortformer.corpus import sentences
 from ortformer.errors import CheckpointError
@@ -82,12 +83,7 @@ def test_a_deberta_v3_folder_with_only_spm_model_embeds_as_sentence_transformers
         type_vocab_size=0, pad_token_id=0)
     folder = save_hf(transformers.DebertaV2Model, config, tmp_path / "deberta")
     spm_folder(folder, "deberta-v2", {"do_lower_case": False})
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean"}))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
+    mean_pooling_layout(folder, 32, 48)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
     assert loaded.tokenizer is not None
     texts = [t for t in TEXTS if t.strip()]

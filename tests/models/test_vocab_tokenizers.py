@@ -6,7 +6,8 @@ import json
 import shutil
 
 import pytest
-from hf_support import assert_same_embeddings, load_and_export, save_hf, st_embeddings, transformers
+from hf_support import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
+                        transformers)
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
@@ -51,12 +52,7 @@ def test_ids_match_transformers_tokenizer(tmp_path, name):
 def test_a_vocab_only_folder_embeds_texts_as_sentence_transformers(tmp_path):
     pytest.importorskip("sentence_transformers")
     folder = vocab_folder(tmp_path / "bert", transformers.BertModel, bert_config(), {"do_lower_case": True})
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean"}))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64}))
+    mean_pooling_layout(folder, 32, 64)
     _, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
     texts = [t for t in TEXTS if t.strip()]
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))

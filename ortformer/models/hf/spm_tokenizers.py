@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ...errors import CheckpointError
 from .folder import read_json
-from .tokenizer_settings import add_specials, require_specials, read_settings
+from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 CONTROL, USER_DEFINED = 3, 4  # sentencepiece's piece types (1 normal, 2 unknown, 5 unused, 6 byte)
 UNIGRAM = 1
@@ -164,7 +164,7 @@ T5_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "</s>"}
 
 def deberta_tokenizer(folder: Path):
     """The tokenizers.Tokenizer transformers builds from a DeBERTa-v2/v3 folder's spm.model."""
-    from tokenizers import normalizers, pre_tokenizers, processors, Regex
+    from tokenizers import Regex, normalizers, pre_tokenizers
 
     path = folder / "spm.model"
     model = read_spm(path)
@@ -184,10 +184,7 @@ def deberta_tokenizer(folder: Path):
     metaspace, tokenizer.decoder = _metaspace("always" if s["add_prefix_space"] else "first")
     punctuation = [pre_tokenizers.Punctuation(behavior="isolated")] if s["split_by_punct"] else []
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*punctuation, metaspace])
-    cls, sep = s["cls_token"], s["sep_token"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-        special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
+    tokenizer.post_processor = cls_sep_template(s["cls_token"], s["sep_token"], ids)
     _piece_tokens(tokenizer, model)
     add_specials(tokenizer, s, DEBERTA_SPECIALS, ids)
     return tokenizer

@@ -57,3 +57,12 @@ def require_specials(folder: Path, s: dict, vocab: dict[str, int], keys=("unk_to
     missing = [s[k] for k in keys if s[k] not in vocab]
     if missing:
         raise CheckpointError(f"the vocabulary in {folder} lacks the special token(s) {missing} its tokenizer config names")
+
+
+def cls_sep_template(cls: str, sep: str, ids: dict[str, int]):
+    """BERT's post-processor: [CLS] $A [SEP], pairs [CLS] $A [SEP] $B:1 [SEP]:1 (DeBERTa's too)."""
+    from tokenizers import processors
+
+    return processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, ids[cls]), (sep, ids[sep])])

@@ -30,7 +30,7 @@ from pathlib import Path
 from ...errors import CheckpointError
 from .folder import read_json
 from .spm_tokenizers import deberta_tokenizer, t5_tokenizer, xlm_roberta_tokenizer
-from .tokenizer_settings import add_specials, require_specials, read_settings
+from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
                       "mask_token": "[MASK]"}
@@ -41,7 +41,7 @@ _built: dict[str, Path] = {}  # digest of the files read -> the tokenizer.json b
 
 def wordpiece_tokenizer(folder: Path):
     """The tokenizers.Tokenizer that ``folder``'s vocab.txt and tokenizer_config.json describe."""
-    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import WordPiece
 
     try:
@@ -59,10 +59,7 @@ def wordpiece_tokenizer(folder: Path):
                                                       strip_accents=s["strip_accents"], lowercase=s["do_lower_case"])
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    cls, sep = s["cls_token"], s["sep_token"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    tokenizer.post_processor = cls_sep_template(s["cls_token"], s["sep_token"], vocab)
     add_specials(tokenizer, s, WORDPIECE_SPECIALS, vocab)
     return tokenizer
 
