@@ -266,6 +266,13 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "with pooling='none' there is none: choose a pooling (mean, cls, last, max) or set it to 0")
     if cfg.classifier_labels < 0:
         raise ConfigError(f"classifier_labels={cfg.classifier_labels} must be >= 0 (0 = no classifier head)")
+    if not cfg.classifier_labels:
+        stray = [name for name, on in (("classifier_per_token", cfg.classifier_per_token),
+                                       ("classifier_dense", cfg.classifier_dense != "none"),
+                                       ("classifier_norm", cfg.classifier_norm)) if on]
+        if stray:
+            raise ConfigError(f"{', '.join(stray)} shape a classifier head; with classifier_labels=0 there is none: "
+                              "set classifier_labels to the number of labels, or leave them at their defaults")
     if cfg.classifier_norm and cfg.classifier_dense == "none":
         raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
     if cfg.embedding_norm and cfg.norm_position != "pre":

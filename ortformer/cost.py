@@ -82,6 +82,9 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     if cfg.disentangled_buckets:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
         s = cfg.disentangled_buckets
         flops["disentangled_positions"] = L * (8 * s * F * A + 8 * n * s * A)
+    if cfg.classifier_labels:  # the head's Dense (F x F) and classifier (F x L), per token or once
+        vectors = n if cfg.classifier_per_token else 1
+        flops["classifier"] = vectors * 2 * F * (cfg.classifier_labels + (F if cfg.classifier_dense != "none" else 0))
     return flops
 
 

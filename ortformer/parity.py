@@ -5,7 +5,8 @@ Metrics, per output, over kept tokens (last_hidden_state) or non-empty rows
 (sentence_embedding):
 - max_abs = max |ort - eager|
 - max_rel = max_abs / max |eager|   (error relative to the output's scale)
-- min_cosine = min over vectors of cos(ort_i, eager_i)
+- min_cosine = min over vectors of cos(ort_i, eager_i); a classifier's logits are one
+  vector per case (a row of one or a few scores has no direction of its own)
 Gates use rtol = 0: an absolute bound and a cosine floor per dtype.
 
 This module is numpy + onnxruntime only; the eager side is any callable that
@@ -97,11 +98,16 @@ def make_inputs(cfg: EncoderConfig, case: Case, rng: np.random.Generator) -> Nam
 
 
 def compare(name: str, got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> dict:
-    """Metrics over kept tokens (3-D outputs) or rows with a kept token (2-D)."""
+    """Metrics over kept tokens (3-D outputs) or rows with a kept token (2-D); a classifier's
+    logits are compared as one vector (their rows are a handful of scores)."""
     if not np.isfinite(got).all():
         return {"max_abs": float("inf"), "max_rel": float("inf"), "min_cosine": -1.0, "finite": False}
     keep = mask.astype(bool) if got.ndim == 3 else mask.astype(bool).any(axis=1)
     got_v, want_v = got[keep].astype(np.float64), want[keep].astype(np.float64)  # (M, F)
+    if name == contract.LOGITS:
+        # a classifier's few logits per row (one, for a reranker) have no direction of their
+        # own: a row's cosine would be the sign of a score. One vector per case instead.
+        got_v, want_v = got_v.reshape(1, -1), want_v.reshape(1, -1)
     if got_v.size == 0:
         return {"max_abs": 0.0, "max_rel": 0.0, "min_cosine": 1.0, "finite": True}
     max_abs = float(np.abs(got_v - want_v).max())

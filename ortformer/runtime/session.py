@@ -224,7 +224,8 @@ class Runtime:
                     pairs: Sequence[str] | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
-        Returns what ``embed`` returns: (n, S) sentence embeddings when the model pools (S = config.sentence_size).
+        Returns what ``embed`` returns: a classifier's logits by default, else (n, S) sentence
+        embeddings when the model pools (S = config.sentence_size).
         max_length defaults to ``text_max_length``. prompt_name: one of ``prompts``, whose
         text is prepended to every input as sentence-transformers does; None uses
         ``default_prompt`` (if any), "" uses no prompt. pairs: a second text for each text,
@@ -273,7 +274,8 @@ class Runtime:
         input_ids (B, N) ints, or inputs_embeds (B, N, F) floats for vocab_size = 0;
         attention_mask (B, N) in {0, 1}, default ones; token_type_ids (B, N), default zeros.
         numpy arrays or nested lists. Returns {"last_hidden_state": (B, N, F) float32,
-        "sentence_embedding": (B, S) float32 (only when the model pools; S = config.sentence_size)}.
+        "sentence_embedding": (B, S) float32 (only when the model pools; S = config.sentence_size),
+        "logits": (B, L) or per token (B, N, L) float32 (only with a classifier; L = config.classifier_labels)}.
         out: a writable float32 (B, N, F) array or numpy.memmap that receives
         last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
         """

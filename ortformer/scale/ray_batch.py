@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import contract
 from ..checks import check_int
 from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerError, OutputError
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
@@ -295,7 +296,7 @@ class ShardEmbedder:
         with warnings.catch_warnings(record=True) as caught:
             # an actor's warnings would vanish in its log file: count them for the driver
             warnings.simplefilter("always", TruncationWarning)
-            vectors = self.runtime.embed_texts(texts, batch_size=self.batch_size)
+            vectors = self.runtime.embed_texts(texts, batch_size=self.batch_size, output=contract.SENTENCE_EMBEDDING)
         return vectors, any(issubclass(w.category, TruncationWarning) for w in caught)
 
 

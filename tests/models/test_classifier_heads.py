@@ -165,6 +165,9 @@ def test_native_classifier_configs_export_and_are_checked(tmp_path):
         preset("tiny", classifier_labels=-1)
     with pytest.raises(ConfigError, match="classifier_norm=True normalises the classifier's hidden Dense"):
         preset("tiny", classifier_labels=2, classifier_norm=True)
+    with pytest.raises(ConfigError, match="classifier_dense, classifier_norm shape a classifier head; with "
+                                          "classifier_labels=0 there is none"):
+        preset("tiny", classifier_dense="tanh", classifier_norm=True)
     with pytest.raises(ConfigError, match="classifier_pooling='none' is not valid"):
         preset("tiny", classifier_labels=2, classifier_pooling="none")
     model = build_encoder(preset("tiny", classifier_labels=2, classifier_dense="relu"))
@@ -195,6 +198,9 @@ def test_bad_label_metadata_and_heads_are_refused(tmp_path):
     tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
     save_file({k: v for k, v in tensors.items() if k != "classifier.bias"}, str(tmp_path / "hf" / "model.safetensors"))
     with pytest.raises(CheckpointError, match="classifier head's classifier.bias is missing"):
+        load_any(tmp_path / "hf")
+    save_file({k: v for k, v in tensors.items() if k != "bert.pooler.dense.bias"}, str(tmp_path / "hf" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="bert.pooler.dense.bias is missing"):  # only ModernBERT may omit it
         load_any(tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "id2label": {"0": "a", "2": "c"}}))
@@ -258,3 +264,16 @@ def test_a_sentence_transformers_cross_encoder_folder_scores_as_predict(tmp_path
     want = cross_encoder.predict(pairs)  # its activation_fn: sigmoid for one label
     np.testing.assert_allclose(1 / (1 + np.exp(-logits[:, 0])), want, atol=1e-5)
     assert np.ptp(logits) > 1e-3  # the pairs score differently: a constant would not test much
+
+
+def test_one_logit_heads_are_gated_on_the_scores_not_their_signs():
+    from ortformer.parity import GATES, compare, passes
+
+    mask = np.ones((3, 4), np.int64)
+    want = np.array([[-0.002], [4.0], [-3.0]], np.float32)
+    near_zero_flip = np.array([[0.003], [4.01], [-2.99]], np.float32)  # a tiny error around zero
+    swapped = np.array([[-3.0], [4.0], [-0.002]], np.float32)  # the scores of two rows exchanged
+    assert passes(compare("logits", near_zero_flip, want, mask), GATES["int8"])
+    assert not passes(compare("logits", swapped, want, mask), GATES["int8"])
+    # per row, the first case would read cosine -1 and fail an int8 export for nothing
+    assert compare("sentence_embedding", near_zero_flip, want, mask)["min_cosine"] == pytest.approx(-1)

@@ -23,7 +23,7 @@ pytest.importorskip("tokenizers")
 TEXTS = ["Hello world", "  leading and   inner   spaces ", "Café naïve ÅÄÖ 東京 über ﬁne ① ＡＢＣ", "tab\there\nnewline\r\nend",
          "It's 3.14 — yes!!! (maybe)", "", " ", "UPPER lower MiXeD", "emoji 😀 and zwj 👩‍💻", "x" * 300,
          "specials [MASK] [CLS] [SEP] [PAD] <mask> <s> </s> <pad> <unk> <extra_id_0> <extra_id_99> <sym>",
-         "Ελληνικά σίσυφος ΣΊΣΥΦΟΣ", "a\u00a0b\u2003c\u200bd", "ｆｕｌｌｗｉｄｔｈ ｶﾀｶﾅ"]
+         "Ελληνικά σίσυφος ΣΊΣΥΦΟΣ", "a\u00a0b\u2003c\u200bd", "ｆｕｌｌｗｉｄｔｈ ｶﾀｶﾅ", "<sep> a <cls> b <q> the▁the"]
 PAIR = ("a first text", "and a second, longer one")
 # model_type -> (file name, the trainer's special pieces as the family's released models have them, class)
 FAMILIES = {
@@ -37,7 +37,11 @@ CASES = [("deberta-v2", {}, ()), ("deberta-v2", {"do_lower_case": True}, ()),
          ("deberta-v2", {"split_by_punct": True, "add_prefix_space": False}, ()),
          ("deberta-v2", {"added_tokens_decoder": {"400": {"content": "[MASK]", "special": True}}}, ("<sym>",)),
          ("xlm-roberta", {}, ()), ("xlm-roberta", {"add_prefix_space": False}, ()),
-         ("t5", {}, ()), ("t5", {"extra_ids": 0}, ("<sym>",)), ("mt5", {"extra_ids": 7}, ())]
+         ("t5", {}, ()), ("t5", {"extra_ids": 0}, ("<sym>",)), ("mt5", {"extra_ids": 7}, ()),
+         # saves older than transformers 4.34 name extra special tokens only here
+         ("deberta-v2", {"additional_special_tokens": ["[MASK]", "<sep>", "▁the"]}, ()),
+         ("xlm-roberta", {"additional_special_tokens": ["<sep>", "<cls>"]}, ("<sym>",)),
+         ("t5", {"extra_ids": 3, "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>", "<extra_id_2>", "<q>"]}, ())]
 
 
 def train_spm(model_type="unigram", vocab_size=400, user_symbols=(), **specials) -> bytes:
@@ -100,9 +104,21 @@ def test_bad_sentencepiece_models_are_refused_by_name(tmp_path):
         model.write_bytes(broken)
         with pytest.raises(CheckpointError, match=why):
             built_tokenizer(folder, folder, "t5")
-    model.write_bytes(train_spm("bpe", **FAMILIES["t5"][1]))
-    with pytest.raises(CheckpointError, match="type 2; ortformer builds tokenizers from unigram models"):
+    # a corrupt precompiled charsmap: the tokenizers library's own error, typed
+    model.write_bytes(b"\x0a\x09\x0a\x05<unk>\x18\x02" + b"\x1a\x04\x12\x02\xff\xff")
+    with pytest.raises(CheckpointError, match="cannot build a tokenizer from the files"):
         built_tokenizer(folder, folder, "t5")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": [1]}))
+    model.write_bytes(good)
+    with pytest.raises(CheckpointError, match="added_tokens_decoder must map ids to tokens"):
+        built_tokenizer(folder, folder, "t5")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"extra_ids": 10 ** 9}))
+    with pytest.raises(CheckpointError, match="extra_ids=1000000000 must be a whole number in 0..10000"):
+        built_tokenizer(folder, folder, "t5")
+    # a BPE-type model is not converted: no tokenizer (export says how to write one), no error
+    (folder / "tokenizer_config.json").write_text("{}")
+    model.write_bytes(train_spm("bpe", **FAMILIES["t5"][1]))
+    assert built_tokenizer(folder, folder, "t5") is None
 
 
 def test_a_t5_encoder_folder_with_only_spiece_model_takes_text(tmp_path):

@@ -22,6 +22,7 @@ class HeadLayout:
     activation: str  # after the hidden Linear: config.CLASSIFIER_DENSE
     norm: str | None = None  # a norm after the activation (ModernBERT), or None
     pooling: str = "cls"  # what a per-sequence head reads
+    dense_bias_optional: bool = False  # a Dense saved without bias means zeros (ModernBERT's classifier_bias)
 
 
 # model_type -> the per-sequence head; every family's per-token head is "classifier"
@@ -65,7 +66,7 @@ class ClassifierHead:
                  ("classifier", self.layout.out, "bias", (L,), False)]
         if self.layout.dense is not None:
             parts += [("classifier_dense", self.layout.dense, "weight", (F, F), False),
-                      ("classifier_dense", self.layout.dense, "bias", (F,), True)]
+                      ("classifier_dense", self.layout.dense, "bias", (F,), self.layout.dense_bias_optional)]
         if self.layout.norm is not None:
             parts += [("classifier_norm", self.layout.norm, "weight", (F,), False)]
             parts += [("classifier_norm", self.layout.norm, "bias", (F,), False)] if norm_bias else []
@@ -100,7 +101,7 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
     if model_type == "modernbert":
-        layout = _modernbert_head(hf, what)
+        layout = _modernbert_head(hf, what, per_token)
     elif model_type == "deberta-v2" and not per_token:
         act = hf.get("pooler_hidden_act", "gelu")
         if act not in ("gelu", "tanh", "relu"):
@@ -113,18 +114,19 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     return ClassifierHead(per_token, layout, _labels(hf, what))
 
 
-def _modernbert_head(hf: dict, what: str) -> HeadLayout:
+def _modernbert_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
     """ModernBERT's prediction head, per token or on the pooled vector: norm(act(W v))."""
     from .bert import ACTIVATIONS
 
     act = hf.get("classifier_activation", "gelu")
-    if ACTIVATIONS.get(act, act) not in ("tanh", "relu", "gelu", "gelu_tanh", "silu"):
+    ours = ACTIVATIONS.get(act, act) if isinstance(act, str) else None
+    if ours not in ("tanh", "relu", "gelu", "gelu_tanh", "silu"):
         raise CheckpointError(f"{what} config.json classifier_activation={act!r} is not supported; "
                               f"ortformer implements {', '.join(sorted({*ACTIVATIONS, 'tanh'}))}")
-    pooling = hf.get("classifier_pooling", "cls")
+    pooling = "cls" if per_token else hf.get("classifier_pooling", "cls")  # a per-token head pools nothing
     if pooling not in ("cls", "mean"):
         raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; valid: 'cls', 'mean'")
-    return HeadLayout("head.dense", "classifier", ACTIVATIONS.get(act, act), "head.norm", pooling)
+    return HeadLayout("head.dense", "classifier", ours, "head.norm", pooling, dense_bias_optional=True)
 
 
 def _labels(hf: dict, what: str) -> tuple[str, ...]:

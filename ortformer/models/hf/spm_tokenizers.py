@@ -21,7 +21,8 @@ T5 / mT5 (``spiece.model``):
     pre-tokenizer   WhitespaceSplit, Metaspace
     post-processor  $A </s>
 
-Control pieces are special tokens, user-defined pieces plain added tokens, as transformers has them.
+DeBERTa and T5: control pieces are special tokens, user-defined pieces plain added tokens (XLM-R:
+neither; its unigram model matches them), as transformers has them.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from ...errors import CheckpointError
 from .folder import read_json
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
+MAX_EXTRA_IDS = 10_000  # T5 ships 100 sentinels; a config asking for millions is broken
 CONTROL, USER_DEFINED = 3, 4  # sentencepiece's piece types (1 normal, 2 unknown, 5 unused, 6 byte)
 UNIGRAM = 1
 
@@ -42,6 +44,7 @@ class SpmModel:
     """The parts of a sentencepiece ModelProto that define its tokenizer."""
     pieces: list[tuple[str, float, int]] = field(default_factory=list)  # (piece, score, type), by id
     model_type: int = UNIGRAM
+    unk_id: int = 0  # the trainer's unknown-piece id
     charsmap: bytes = b""  # the normalizer's precompiled character map
 
 
@@ -85,7 +88,7 @@ def _wire(buf: bytes):
 
 
 def read_spm(path: Path) -> SpmModel:
-    """The pieces, model type and character map of the sentencepiece model at ``path``."""
+    """The pieces, model type, unknown id and character map of the sentencepiece model at ``path``."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -106,7 +109,10 @@ def read_spm(path: Path) -> SpmModel:
                     raise ValueError(f"piece {len(model.pieces)} has no text")
                 model.pieces.append((piece, score, kind))
             elif number == 2 and isinstance(value, bytes):  # trainer_spec
-                model.model_type = next((v for n, v in _wire(value) if n == 3 and isinstance(v, int)), UNIGRAM)
+                spec = [(n, v) for n, v in _wire(value) if isinstance(v, int)]
+                model.model_type = next((v for n, v in spec if n == 3), UNIGRAM)
+                unk = next((v for n, v in spec if n == 40), 0)
+                model.unk_id = unk - (1 << 64) if unk >= 1 << 63 else unk  # int32 on the wire as 64 bits
             elif number == 3 and isinstance(value, bytes):  # normalizer_spec
                 model.charsmap = next((v for n, v in _wire(value) if n == 2 and isinstance(v, bytes)), b"")
     except (ValueError, UnicodeDecodeError) as exc:
@@ -123,13 +129,6 @@ def _unigram(vocab: list[tuple[str, float]], unk_id: int, path: Path):
     if not 0 <= unk_id < len(vocab):
         raise CheckpointError(f"{path}: the unknown piece's id {unk_id} is outside its {len(vocab)} pieces")
     return Tokenizer(Unigram(vocab, unk_id=unk_id, byte_fallback=False))
-
-
-def _require_unigram(model: SpmModel, path: Path) -> None:
-    if model.model_type != UNIGRAM:
-        raise CheckpointError(f"{path} is a sentencepiece model of type {model.model_type}; ortformer builds "
-                              f"tokenizers from unigram models (type {UNIGRAM}) only; write a tokenizer.json "
-                              f"with transformers and export again")
 
 
 def _piece_tokens(tokenizer, model: SpmModel) -> None:
@@ -168,14 +167,15 @@ def deberta_tokenizer(folder: Path):
 
     path = folder / "spm.model"
     model = read_spm(path)
-    _require_unigram(model, path)
+    if model.model_type != UNIGRAM:  # a BPE-type model: export notes that texts need a tokenizer.json
+        return None
     s = read_settings(folder, DEBERTA_SPECIALS,
                   (("do_lower_case", False), ("split_by_punct", False), ("add_prefix_space", True)))
     vocab = [(piece, score) for piece, score, _ in model.pieces]
     ids = {piece: i for i, (piece, _) in enumerate(vocab)}
     require_specials(folder, s, ids)
-    # transformers looks the unknown piece up by its token and a score of 0, else takes id 1
-    unk_id = vocab.index((s["unk_token"], 0.0)) if (s["unk_token"], 0.0) in vocab else 1
+    # transformers looks the unknown piece up by its token and a score of 0, else takes the trainer's
+    unk_id = vocab.index((s["unk_token"], 0.0)) if (s["unk_token"], 0.0) in vocab else model.unk_id
     tokenizer = _unigram(vocab, unk_id, path)
     steps = [normalizers.Lowercase()] if s["do_lower_case"] else []
     tokenizer.normalizer = normalizers.Sequence(
@@ -197,7 +197,8 @@ def xlm_roberta_tokenizer(folder: Path):
 
     path = folder / "sentencepiece.bpe.model"
     model = read_spm(path)
-    _require_unigram(model, path)
+    if model.model_type != UNIGRAM:  # a BPE-type model: export notes that texts need a tokenizer.json
+        return None
     s = read_settings(folder, XLMR_SPECIALS, (("add_prefix_space", True),))
     vocab = [(s["bos_token"], 0.0), (s["pad_token"], 0.0), (s["eos_token"], 0.0), (s["unk_token"], 0.0),
              *((piece, score) for piece, score, _ in model.pieces[3:]), (s["mask_token"], 0.0)]
@@ -221,7 +222,8 @@ def t5_tokenizer(folder: Path):
 
     path = folder / "spiece.model"
     model = read_spm(path)
-    _require_unigram(model, path)
+    if model.model_type != UNIGRAM:  # a BPE-type model: export notes that texts need a tokenizer.json
+        return None
     s = read_settings(folder, T5_SPECIALS, ())
     extra_ids = _config_int(folder, "extra_ids", 100)
     sentinels = [f"<extra_id_{i}>" for i in range(extra_ids - 1, -1, -1)]
@@ -245,6 +247,7 @@ def t5_tokenizer(folder: Path):
 def _config_int(folder: Path, key: str, default: int) -> int:
     config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
     value = config.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be a whole number ≥ 0")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_EXTRA_IDS:
+        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be a whole number "
+                              f"in 0..{MAX_EXTRA_IDS}")
     return value

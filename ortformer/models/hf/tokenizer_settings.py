@@ -29,8 +29,17 @@ def read_settings(folder: Path, special_defaults: dict[str, str], flags: tuple[t
             raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be true, false or null")
         settings[key] = value
     added = config.get("added_tokens_decoder") or {}
+    if not isinstance(added, dict):
+        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: added_tokens_decoder must map ids to tokens, "
+                              f"got {type(added).__name__}")
     settings["added"] = [(entry["content"], bool(entry.get("special")), bool(entry.get("normalized", False)))
                          for entry in added.values() if isinstance(entry, dict) and token_text(entry.get("content"))]
+    # older saves (transformers < 4.34) list their extra special tokens only here
+    extra = next((source[key] for source in (config, specials)
+                  for key in ("additional_special_tokens", "extra_special_tokens") if source.get(key)), [])
+    if not isinstance(extra, list):
+        raise CheckpointError(f"{folder}: additional_special_tokens must be a list of tokens, got {type(extra).__name__}")
+    settings["additional"] = [text for text in map(token_text, extra) if text]
     return settings
 
 
@@ -40,16 +49,18 @@ SPECIAL_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token"
 
 def add_specials(tokenizer, s: dict, special_keys, vocab: dict[str, int]) -> None:
     """The special tokens present in the vocabulary, then the config's added tokens, then (new
-    ids, as transformers gives them) the special tokens the vocabulary lacks."""
+    ids, in the order transformers gives them) the special tokens the vocabulary lacks and the
+    additional special tokens."""
     from tokenizers import AddedToken
 
-    specials = [s[k] for k in special_keys if s[k] in vocab]
+    specials = [s[k] for k in special_keys if s[k] in vocab] + [t for t in s["additional"] if t in vocab]
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     for content, special, normalized in s["added"]:
         if content not in specials:
             tokenizer.add_tokens([AddedToken(content, special=special, normalized=normalized)])
     added = {content for content, _, _ in s["added"]}
     missing = [s[k] for k in SPECIAL_ORDER if k in special_keys and s[k] not in vocab and s[k] not in added]
+    missing += [t for t in s["additional"] if t not in vocab and t not in added]
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(missing)])
 
 

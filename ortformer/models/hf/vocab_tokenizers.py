@@ -104,7 +104,8 @@ BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpi
 
 def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None:
     """A tokenizer.json built from the folder's vocabulary (see the module docstrings) for the
-    model types above, when the tokenizers library is installed; None otherwise."""
+    model types above, when the tokenizers library is installed; None otherwise, and for a
+    BPE-type sentencepiece model."""
     build, needed = BUILDERS.get(model_type, (None, ()))
     folder = next((d for d in (model_dir, root) if needed and all((d / n).is_file() for n in needed)), None)
     if folder is None:
@@ -121,8 +122,16 @@ def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None
         raise CheckpointError(f"cannot read the tokenizer files in {folder}: {exc.strerror or exc}") from None
     key = digest.hexdigest()  # an edited vocabulary or config builds anew
     if key not in _built or not _built[key].is_file():
+        try:
+            tokenizer = build(folder)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # the tokenizers library refuses what it was given (e.g. a corrupt charsmap)
+            raise CheckpointError(f"cannot build a tokenizer from the files in {folder}: {exc}") from None
+        if tokenizer is None:  # a kind the builders do not convert: the model takes token ids
+            return None
         target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
         atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
-        build(folder).save(str(target))
+        tokenizer.save(str(target))
         _built[key] = target
     return _built[key]
