@@ -19,17 +19,11 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
+from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
-# Hugging Face hidden_act -> ortformer activation. HF "gelu" and "gelu_python" are the exact
-# erf GELU, as nn.GELU(); gelu_new, gelu_pytorch_tanh, gelu_fast and gelu_accurate are the same
-# tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written four ways; swish is silu
-ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "silu": "silu", "swish": "silu", "gelu_python": "gelu", "gelu_fast": "gelu_tanh",
-               "gelu_accurate": "gelu_tanh"}
-# weights the Hugging Face folder may carry that an encoder does not use
-# task heads (MLM / NSP, sequence / token classification, multiple choice, QA: cross-encoders,
-# NER models) sit beside the encoder; the encoder's hidden states are what is exported
+# weights the Hugging Face folder may carry that an encoder does not use: MLM / NSP and QA
+# heads, and a base model's pooler; a classifier's head becomes the logits output (heads.py)
 DROPPED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.")
 DROPPED_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # index buffers, not weights
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",

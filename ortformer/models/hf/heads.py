@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ...errors import CheckpointError
 from ..weights import Tensors
+from .activations import ACTIVATIONS
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,6 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
 
 def _modernbert_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
     """ModernBERT's prediction head, per token or on the pooled vector: norm(act(W v))."""
-    from .bert import ACTIVATIONS
-
     act = hf.get("classifier_activation", "gelu")
     ours = ACTIVATIONS.get(act, act) if isinstance(act, str) else None
     if ours not in ("tanh", "relu", "gelu", "gelu_tanh", "silu"):
