@@ -41,8 +41,9 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     """{"sentences", "output", "min_cosine", "median_cosine", "max_abs"} of compared_output(cfg),
     session vs eager.
 
-    Cosine per sentence between (n, S) vectors (for a single logit: its sign), and the
-    largest absolute difference; max_length truncates as embed_texts does.
+    Cosine per sentence between (n, S) vectors (logits: of all sentences' logits as one vector,
+    since a text's one or few scores have no direction), and the largest absolute difference;
+    max_length truncates as embed_texts does.
     """
     output = compared_output(cfg)
     from ..text import TextEncoder, TruncationWarning
@@ -60,15 +61,18 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     if largest >= cfg.vocab_size:
         return {"skipped": True, "reason": f"the tokenizer gives ids up to {largest}, beyond the model's "
                                            f"vocab_size {cfg.vocab_size}: tokenizer and model do not belong together"}
-    cosines, max_abs = np.empty(len(arrays)), 0.0
+    width = contract.output_shapes(cfg)[output][-1]
+    got_all, want_all = np.empty((len(arrays), width)), np.empty((len(arrays), width))
     for batch in length_batches(np.array([len(a) for a in arrays]), count, TOKENS_PER_BATCH):
         padded, mask = pad([arrays[i] for i in batch])
         feeds = {contract.INPUT_IDS: padded, contract.ATTENTION_MASK: mask}
         if cfg.type_vocab_size:
             feeds[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
-        got = session.run([output], feeds)[0]
-        want = eager(feeds)[output]
-        cosines[batch] = row_cosines(got, want)
-        max_abs = max(max_abs, float(np.abs(got.astype(np.float64) - want).max()))
+        got_all[batch] = session.run([output], feeds)[0]
+        want_all[batch] = eager(feeds)[output]
+    max_abs = float(np.abs(got_all - want_all).max())
+    if output == contract.LOGITS:  # a text's few scores have no direction: all texts' logits as one vector
+        got_all, want_all = got_all.reshape(1, -1), want_all.reshape(1, -1)
+    cosines = row_cosines(got_all, want_all)
     return {"sentences": len(arrays), "output": output, "min_cosine": float(cosines.min()),
             "median_cosine": float(np.median(cosines)), "max_abs": max_abs}
