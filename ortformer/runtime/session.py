@@ -378,8 +378,13 @@ class Runtime:
             check_int("max_tokens", max_tokens, why=" (or None for the default)")
         if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
             raise InputError(f"sequences must be a list of sequences, got {type(sequences).__name__}; wrap one sequence as [sequence]")
-        arrays = [self._checked_sequence(i, s) for i, s in enumerate(sequences)]
-        types = self._checked_types(token_types, arrays) if token_types is not None else None
+        sequences = list(sequences)
+        if token_types is not None:
+            self._check_type_lists(token_types, len(sequences))
+        checked = [self._checked_sequence(i, s, None if token_types is None else token_types[i])
+                   for i, s in enumerate(sequences)]
+        arrays = [ids for ids, _ in checked]
+        types = None if token_types is None else [t for _, t in checked]
         shape = contract.output_shapes(self.config)[name]
         pooled = len(shape) == 2  # one vector per sequence: (B, S) or (B, L)
         result = np.empty((len(arrays), shape[-1]), np.float32) if pooled else [None] * len(arrays)
@@ -387,9 +392,9 @@ class Runtime:
             return result
         for batch in length_batches(np.array([len(a) for a in arrays]), batch_size, max_tokens):
             padded, mask = pad([arrays[i] for i in batch])
-            feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask, **self._zero_types(mask)}
-            if types is not None:
-                feeds[contract.TOKEN_TYPE_IDS] = pad([types[i] for i in batch])[0]
+            feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask}
+            feeds.update(self._zero_types(mask) if types is None else
+                         {contract.TOKEN_TYPE_IDS: pad([types[i] for i in batch])[0]})
             out = self._execute(feeds)[name]
             if pooled:
                 result[batch] = out
@@ -411,36 +416,29 @@ class Runtime:
                              f"(pooling={self.config.pooling!r}, classifier_labels={self.config.classifier_labels})")
         return output
 
-    def _checked_sequence(self, index: int, sequence: Any) -> np.ndarray:
-        """Validate one sequence as a batch of one, so embed refuses what run refuses."""
+    def _checked_sequence(self, index: int, sequence: Any, types: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Validate one sequence (and its type ids, if given) as a batch of one, so embed
+        refuses what run refuses; (ids or features, type ids or None)."""
         array = as_array(f"sequence {index}", sequence)
         rank = 1 if self.config.takes_ids else 2
         if array.ndim != rank:
             layout = "a list of token ids" if rank == 1 else f"a (length, {self.config.hidden_size}) float array"
             raise InputError(f"sequence {index} has shape {array.shape}; each sequence must be {layout}")
+        given = {self.main_input: array[None]}
+        if types is not None:
+            given[contract.TOKEN_TYPE_IDS] = as_array(f"token_types {index}", types)[None]
         try:
-            feeds = check_inputs(self._spec, {self.main_input: array[None]})
+            feeds = check_inputs(self._spec, given)
         except InputError as exc:
             raise InputError(f"sequence {index}: {exc}") from None
-        return feeds[self.main_input][0]
+        return feeds[self.main_input][0], feeds[contract.TOKEN_TYPE_IDS][0] if types is not None else None
 
-    def _checked_types(self, token_types: Sequence[Any], arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """Each sequence's type ids, as run() checks them, one per token of its sequence."""
+    def _check_type_lists(self, token_types: Any, count: int) -> None:
+        """token_types, when given, is one type-id list per sequence for a model that takes them."""
         if contract.TOKEN_TYPE_IDS not in self.input_names:
             raise InputError(f"token_types given, but this model takes no token_type_ids (inputs: {self.input_names})")
-        if isinstance(token_types, (str, bytes)) or not hasattr(token_types, "__len__") or len(token_types) != len(arrays):
-            raise InputError(f"token_types must hold one type-id list per sequence ({len(arrays)})")
-        checked = []
-        for i, (types, array) in enumerate(zip(token_types, arrays)):
-            types = as_array(f"token_types {i}", types)
-            if types.shape != array.shape[:1]:
-                raise InputError(f"token_types {i} has shape {types.shape}; sequence {i} has {len(array)} tokens")
-            try:
-                feeds = check_inputs(self._spec, {self.main_input: array[None], contract.TOKEN_TYPE_IDS: types[None]})
-            except InputError as exc:
-                raise InputError(f"token_types {i}: {exc}") from None
-            checked.append(feeds[contract.TOKEN_TYPE_IDS][0])
-        return checked
+        if isinstance(token_types, (str, bytes)) or not hasattr(token_types, "__len__") or len(token_types) != count:
+            raise InputError(f"token_types must hold one type-id list per sequence ({count})")
 
     def _zero_types(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         if contract.TOKEN_TYPE_IDS not in self.input_names:

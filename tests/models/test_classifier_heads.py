@@ -279,3 +279,21 @@ def test_one_logit_heads_are_gated_on_the_scores_not_their_signs():
     assert not passes(compare("logits", swapped, want, mask), GATES["int8"])
     # per row, the first case would read cosine -1 and fail an int8 export for nothing
     assert compare("sentence_embedding", near_zero_flip, want, mask)["min_cosine"] == pytest.approx(-1)
+
+
+def test_embed_takes_token_types_checked_as_run_checks_them(tmp_path):
+    runtime = Runtime(export(build_encoder(preset("tiny", classifier_labels=2)), tmp_path / "t.onnx").path, "cpu")
+    sequences, types = [[5, 6, 7], [8, 9]], [[0, 1, 1], [0, 1]]
+    got = runtime.embed(sequences, output="logits", token_types=types)
+    for i, (ids, kinds) in enumerate(zip(sequences, types)):  # each as run() scores it alone
+        np.testing.assert_allclose(got[i], runtime.run([ids], token_type_ids=[kinds])["logits"][0], atol=1e-5)
+    assert np.abs(got - runtime.embed(sequences, output="logits")).max() > 1e-4  # the types reached the model
+    with pytest.raises(InputError, match=r"token_types must hold one type-id list per sequence \(2\)"):
+        runtime.embed(sequences, token_types=[[0, 0, 0]])
+    with pytest.raises(InputError, match=r"sequence 1: token_type_ids has shape \(1, 3\); valid: \(1, 2\)"):
+        runtime.embed(sequences, token_types=[[0, 0, 0], [0, 0, 0]])
+    with pytest.raises(InputError, match="sequence 0: token_type_ids"):
+        runtime.embed(sequences, token_types=[[0, 2, 0], [0, 0]])  # type_vocab_size is 2
+    plain = Runtime(export(build_encoder(preset("tiny", type_vocab_size=0)), tmp_path / "n.onnx").path, "cpu")
+    with pytest.raises(InputError, match="token_types given, but this model takes no token_type_ids"):
+        plain.embed(sequences, token_types=types)

@@ -26,7 +26,7 @@ class HeadLayout:
     dense_bias_optional: bool = False  # a Dense saved without bias means zeros (ModernBERT's classifier_bias)
 
 
-# model_type -> the per-sequence head; every family's per-token head is "classifier"
+# model_type -> the per-sequence head; a per-token head is "classifier" alone (ModernBERT: _modernbert_head)
 SEQUENCE_HEADS = {
     "bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
     "roberta": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
@@ -38,8 +38,7 @@ SEQUENCE_HEADS = {
     "mpnet": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "albert": HeadLayout("albert.pooler", "classifier", "tanh"),
 }
-TOKEN_HEAD_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "deberta-v2",
-                       "mpnet", "albert", "modernbert")
+HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     per_token = architecture.endswith("ForTokenClassification")
     if not (per_token or architecture.endswith("ForSequenceClassification")):
         return None
-    if model_type not in (TOKEN_HEAD_FAMILIES if per_token else (*SEQUENCE_HEADS, "modernbert")):
+    if model_type not in HEAD_FAMILIES:
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
     if model_type == "modernbert":

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import CheckpointError
-from .folder import read_json
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 MAX_EXTRA_IDS = 10_000  # T5 ships 100 sentinels; a config asking for millions is broken
@@ -122,6 +121,13 @@ def read_spm(path: Path) -> SpmModel:
     return model
 
 
+def _unigram_model(path: Path) -> SpmModel | None:
+    """The model at ``path``, or None for a BPE-type one (export then notes that texts need a
+    tokenizer.json)."""
+    model = read_spm(path)
+    return model if model.model_type == UNIGRAM else None
+
+
 def _unigram(vocab: list[tuple[str, float]], unk_id: int, path: Path):
     from tokenizers import Tokenizer
     from tokenizers.models import Unigram
@@ -148,10 +154,14 @@ def _metaspace(prepend: str):
         decoders.Metaspace(replacement="▁", prepend_scheme=prepend)
 
 
-def _charsmap_normalizer(model: SpmModel):
-    from tokenizers import normalizers
+def _charsmap_and_words(tokenizer, model: SpmModel, prepend: str) -> None:
+    """XLM-R's and T5's front end: the model's precompiled character map, then words split at
+    whitespace, each marked with "▁" (Metaspace)."""
+    from tokenizers import normalizers, pre_tokenizers
 
-    return normalizers.Precompiled(model.charsmap) if model.charsmap else None
+    tokenizer.normalizer = normalizers.Precompiled(model.charsmap) if model.charsmap else None
+    metaspace, tokenizer.decoder = _metaspace(prepend)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
 
 
 DEBERTA_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
@@ -166,8 +176,8 @@ def deberta_tokenizer(folder: Path):
     from tokenizers import Regex, normalizers, pre_tokenizers
 
     path = folder / "spm.model"
-    model = read_spm(path)
-    if model.model_type != UNIGRAM:  # a BPE-type model: export notes that texts need a tokenizer.json
+    model = _unigram_model(path)
+    if model is None:
         return None
     s = read_settings(folder, DEBERTA_SPECIALS,
                   (("do_lower_case", False), ("split_by_punct", False), ("add_prefix_space", True)))
@@ -193,20 +203,18 @@ def deberta_tokenizer(folder: Path):
 def xlm_roberta_tokenizer(folder: Path):
     """The tokenizers.Tokenizer transformers builds from an XLM-R folder's sentencepiece.bpe.model:
     fairseq's four specials first, the model's pieces shifted past them, <mask> last."""
-    from tokenizers import pre_tokenizers, processors
+    from tokenizers import processors
 
     path = folder / "sentencepiece.bpe.model"
-    model = read_spm(path)
-    if model.model_type != UNIGRAM:  # a BPE-type model: export notes that texts need a tokenizer.json
+    model = _unigram_model(path)
+    if model is None:
         return None
     s = read_settings(folder, XLMR_SPECIALS, (("add_prefix_space", True),))
     vocab = [(s["bos_token"], 0.0), (s["pad_token"], 0.0), (s["eos_token"], 0.0), (s["unk_token"], 0.0),
              *((piece, score) for piece, score, _ in model.pieces[3:]), (s["mask_token"], 0.0)]
     ids = {piece: i for i, (piece, _) in enumerate(vocab)}
     tokenizer = _unigram(vocab, 3, path)
-    tokenizer.normalizer = _charsmap_normalizer(model)
-    metaspace, tokenizer.decoder = _metaspace("always" if s["add_prefix_space"] else "never")
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+    _charsmap_and_words(tokenizer, model, "always" if s["add_prefix_space"] else "never")
     bos, eos = s["bos_token"], s["eos_token"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
@@ -218,21 +226,19 @@ def xlm_roberta_tokenizer(folder: Path):
 def t5_tokenizer(folder: Path):
     """The tokenizers.Tokenizer transformers builds from a T5 / mT5 folder's spiece.model: the
     pieces, then extra_ids sentinels <extra_id_N> counting down to 0."""
-    from tokenizers import AddedToken, pre_tokenizers, processors
+    from tokenizers import AddedToken, processors
 
     path = folder / "spiece.model"
-    model = read_spm(path)
-    if model.model_type != UNIGRAM:  # a BPE-type model: export notes that texts need a tokenizer.json
+    model = _unigram_model(path)
+    if model is None:
         return None
     s = read_settings(folder, T5_SPECIALS, ())
-    extra_ids = _config_int(folder, "extra_ids", 100)
+    extra_ids = _extra_ids(folder, s["config"])
     sentinels = [f"<extra_id_{i}>" for i in range(extra_ids - 1, -1, -1)]
     vocab = [(piece, score) for piece, score, _ in model.pieces] + [(t, 0.0) for t in sentinels]
     ids = {piece: i for i, (piece, _) in enumerate(vocab)}
     tokenizer = _unigram(vocab, 2, path)
-    tokenizer.normalizer = _charsmap_normalizer(model)
-    metaspace, tokenizer.decoder = _metaspace("always")
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+    _charsmap_and_words(tokenizer, model, "always")
     eos = s["eos_token"]
     if eos not in ids:
         raise CheckpointError(f"the sentencepiece model {path} lacks the end token {eos!r}")
@@ -244,10 +250,10 @@ def t5_tokenizer(folder: Path):
     return tokenizer
 
 
-def _config_int(folder: Path, key: str, default: int) -> int:
-    config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-    value = config.get(key, default)
+def _extra_ids(folder: Path, config: dict) -> int:
+    """T5's sentinel count from its tokenizer_config.json (100 when unset)."""
+    value = config.get("extra_ids", 100)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_EXTRA_IDS:
-        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {key}={value!r} must be a whole number "
+        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: extra_ids={value!r} must be a whole number "
                               f"in 0..{MAX_EXTRA_IDS}")
     return value

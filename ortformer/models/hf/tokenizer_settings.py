@@ -40,6 +40,7 @@ def read_settings(folder: Path, special_defaults: dict[str, str], flags: tuple[t
     if not isinstance(extra, list):
         raise CheckpointError(f"{folder}: additional_special_tokens must be a list of tokens, got {type(extra).__name__}")
     settings["additional"] = [text for text in map(token_text, extra) if text]
+    settings["config"] = config  # tokenizer_config.json as read, for family-specific keys
     return settings
 
 
