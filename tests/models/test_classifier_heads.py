@@ -297,3 +297,19 @@ def test_embed_takes_token_types_checked_as_run_checks_them(tmp_path):
     plain = Runtime(export(build_encoder(preset("tiny", type_vocab_size=0)), tmp_path / "n.onnx").path, "cpu")
     with pytest.raises(InputError, match="token_types given, but this model takes no token_type_ids"):
         plain.embed(sequences, token_types=types)
+
+
+@pytest.mark.parametrize("family, change, why", [
+    ("deberta-v2", {"pooler_hidden_act": "quick_gelu"}, "pooler_hidden_act='quick_gelu' is not supported; "
+                                                        "ortformer implements 'gelu', 'tanh', 'relu'"),
+    ("deberta-v2", {"pooler_hidden_size": 16}, "pooler_hidden_size=16 differs from hidden_size=32"),
+    ("modernbert", {"classifier_activation": ["gelu"]}, r"classifier_activation=\['gelu'\] is not supported"),
+    ("modernbert", {"classifier_pooling": "max"}, "classifier_pooling='max' is not supported; valid: 'cls', 'mean'"),
+    ("bert", {"id2label": {"zero": "a"}}, "id2label keys must be label ids"),
+])
+def test_head_configs_ortformer_cannot_build_are_refused_by_name(tmp_path, family, change, why):
+    save_task_model(family, "SequenceClassification", tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(CheckpointError, match=why):
+        load_any(tmp_path / "m")

@@ -112,6 +112,9 @@ def test_bad_sentencepiece_models_are_refused_by_name(tmp_path):
     model.write_bytes(good)
     with pytest.raises(CheckpointError, match="added_tokens_decoder must map ids to tokens"):
         built_tokenizer(folder, folder, "t5")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"additional_special_tokens": "<sep>"}))
+    with pytest.raises(CheckpointError, match="additional_special_tokens must be a list of tokens, got str"):
+        built_tokenizer(folder, folder, "t5")
     (folder / "tokenizer_config.json").write_text(json.dumps({"extra_ids": 10 ** 9}))
     with pytest.raises(CheckpointError, match="extra_ids=1000000000 must be a whole number in 0..10000"):
         built_tokenizer(folder, folder, "t5")
