@@ -20,7 +20,7 @@ from ortformer.text import TextEncoder
 
 spm = pytest.importorskip("sentencepiece")
 pytest.importorskip("tokenizers")
-TEXTS = ["Hello world", "  leading and   inner   spaces ", "Café naïve ÅÄÖ 東京 über ﬁne ① ＡＢＣ", "tab\there\nnewline\r\nend",
+TEXTS = ["Hello world", "``quoted'' 9,000 and 1,5 ,, 10,", "  leading and   inner   spaces ", "Café naïve ÅÄÖ 東京 über ﬁne ① ＡＢＣ", "tab\there\nnewline\r\nend",
          "It's 3.14 — yes!!! (maybe)", "", " ", "UPPER lower MiXeD", "emoji 😀 and zwj 👩‍💻", "x" * 300,
          "specials [MASK] [CLS] [SEP] [PAD] <mask> <s> </s> <pad> <unk> <extra_id_0> <extra_id_99> <sym>",
          "Ελληνικά σίσυφος ΣΊΣΥΦΟΣ", "a\u00a0b\u2003c\u200bd", "ｆｕｌｌｗｉｄｔｈ ｶﾀｶﾅ", "<sep> a <cls> b <q> the▁the"]
@@ -30,6 +30,9 @@ FAMILIES = {
     "deberta-v2": ("spm.model", dict(pad_id=0, pad_piece="[PAD]", bos_id=1, bos_piece="[CLS]", eos_id=2,
                                      eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]"), "DebertaV2Tokenizer"),
     "xlm-roberta": ("sentencepiece.bpe.model", {}, "XLMRobertaTokenizer"),
+    "camembert": ("sentencepiece.bpe.model", {}, "CamembertTokenizer"),
+    "albert": ("spiece.model", dict(pad_id=0, pad_piece="<pad>", unk_id=1, bos_id=-1, eos_id=-1,
+                                    control_symbols=["[CLS]", "[SEP]", "[MASK]"]), "AlbertTokenizer"),
     "t5": ("spiece.model", dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1), "T5Tokenizer"),
     "mt5": ("spiece.model", dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1), "T5Tokenizer"),
 }
@@ -37,6 +40,8 @@ CASES = [("deberta-v2", {}, ()), ("deberta-v2", {"do_lower_case": True}, ()),
          ("deberta-v2", {"split_by_punct": True, "add_prefix_space": False}, ()),
          ("deberta-v2", {"added_tokens_decoder": {"400": {"content": "[MASK]", "special": True}}}, ("<sym>",)),
          ("xlm-roberta", {}, ()), ("xlm-roberta", {"add_prefix_space": False}, ()),
+         ("camembert", {}, ()), ("camembert", {"add_prefix_space": False}, ("<sym>",)),
+         ("albert", {}, ()), ("albert", {"do_lower_case": False, "keep_accents": True}, ("<sym>",)),
          ("t5", {}, ()), ("t5", {"extra_ids": 0}, ("<sym>",)), ("mt5", {"extra_ids": 7}, ()),
          # saves older than transformers 4.34 name extra special tokens only here
          ("deberta-v2", {"additional_special_tokens": ["[MASK]", "<sep>", "▁the"]}, ()),
@@ -91,6 +96,31 @@ def test_a_deberta_v3_folder_with_only_spm_model_embeds_as_sentence_transformers
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
     assert loaded.tokenizer is not None
     texts = [t for t in TEXTS if t.strip()]
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))
+
+
+SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48)
+# a sentencepiece-only folder of each family (older CamemBERT and ALBERT releases ship no tokenizer.json)
+SPM_ONLY_MODELS = {
+    "camembert": lambda: (transformers.CamembertModel, transformers.CamembertConfig(
+        vocab_size=420, max_position_embeddings=70, pad_token_id=1, **SMALL)),
+    "albert": lambda: (transformers.AlbertModel, transformers.AlbertConfig(
+        vocab_size=420, embedding_size=16, max_position_embeddings=64, pad_token_id=0, **SMALL)),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(SPM_ONLY_MODELS))
+def test_a_sentencepiece_only_folder_embeds_texts_as_sentence_transformers(tmp_path, model_type):
+    pytest.importorskip("sentence_transformers")
+    cls, config = SPM_ONLY_MODELS[model_type]()
+    folder = save_hf(cls, config, tmp_path / model_type)
+    spm_folder(folder, model_type, {})
+    mean_pooling_layout(folder, 32, 48)
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
+    assert loaded.tokenizer is not None
+    # RoBERTa-style positions count the tokens the attention mask keeps (layers.Positions);
+    # transformers counts ids other than <pad>, so only a literal "<pad>" in a text tells them apart
+    texts = [t for t in TEXTS if t.strip() and "<pad>" not in t]
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(texts), st_embeddings(folder, texts))
 
 

@@ -1,4 +1,5 @@
-"""tokenizer.json for folders that hold only a sentencepiece model (DeBERTa-v3, XLM-R, T5).
+"""tokenizer.json for folders that hold only a sentencepiece model (DeBERTa-v3, XLM-R, CamemBERT,
+ALBERT, T5).
 
 The ``.model`` file is a protobuf ``ModelProto``; only a handful of its fields describe the
 tokenizer, so they are read straight from the wire format (no generated protobuf code, whose
@@ -15,13 +16,22 @@ XLM-R (``sentencepiece.bpe.model``):
     normalizer      the model's precompiled character map
     pre-tokenizer   WhitespaceSplit, Metaspace
     post-processor  <s> $A </s>
+CamemBERT (``sentencepiece.bpe.model``):
+    vocabulary      <s>NOTUSED <pad> </s>NOTUSED <unk> <unk>NOTUSED, the pieces after the model's
+                    first, <mask>
+    normalizer, pre-tokenizer, post-processor as XLM-R's
+ALBERT (``spiece.model``):
+    normalizer      `` and '' -> ", [NFKD, strip accents unless keep_accents] [Lowercase if
+                    do_lower_case], the precompiled character map
+    pre-tokenizer   WhitespaceSplit, Metaspace
+    post-processor  [CLS] $A [SEP], pairs [CLS] $A [SEP] $B:1 [SEP]:1
 T5 / mT5 (``spiece.model``):
     vocabulary      the pieces, then <extra_id_{extra_ids - 1}> ... <extra_id_0>
     normalizer      the model's precompiled character map
     pre-tokenizer   WhitespaceSplit, Metaspace
     post-processor  $A </s>
 
-DeBERTa and T5: control pieces are special tokens, user-defined pieces plain added tokens (XLM-R:
+DeBERTa, CamemBERT, ALBERT and T5: control pieces are special tokens, user-defined pieces plain added tokens (XLM-R:
 neither; its unigram model matches them), as transformers has them.
 """
 from __future__ import annotations
@@ -168,6 +178,8 @@ DEBERTA_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[C
                     "mask_token": "[MASK]"}
 XLMR_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
                  "mask_token": "<mask>"}
+ALBERT_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "[CLS]", "eos_token": "[SEP]",
+                   "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
 T5_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "</s>"}
 
 
@@ -203,6 +215,22 @@ def deberta_tokenizer(folder: Path):
 def xlm_roberta_tokenizer(folder: Path):
     """The tokenizers.Tokenizer transformers builds from an XLM-R folder's sentencepiece.bpe.model:
     fairseq's four specials first, the model's pieces shifted past them, <mask> last."""
+    return _fairseq_tokenizer(folder, lambda s, pieces: [
+        (s["bos_token"], 0.0), (s["pad_token"], 0.0), (s["eos_token"], 0.0), (s["unk_token"], 0.0),
+        *pieces[3:], (s["mask_token"], 0.0)], control_pieces=False)
+
+
+def camembert_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer transformers builds from a CamemBERT folder's sentencepiece.bpe.model:
+    fairseq's specials (three unused) first, the model's pieces after its first, <mask> last."""
+    return _fairseq_tokenizer(folder, lambda s, pieces: [
+        ("<s>NOTUSED", 0.0), (s["pad_token"], 0.0), ("</s>NOTUSED", 0.0), (s["unk_token"], 0.0),
+        ("<unk>NOTUSED", -100.0), *pieces[1:], (s["mask_token"], 0.0)], control_pieces=True)
+
+
+def _fairseq_tokenizer(folder: Path, arrange, control_pieces: bool):
+    """<s> $A </s> over fairseq's reordered vocabulary, ``arrange(settings, pieces)``, with the
+    precompiled character map front end (XLM-R, CamemBERT)."""
     from tokenizers import processors
 
     path = folder / "sentencepiece.bpe.model"
@@ -210,16 +238,44 @@ def xlm_roberta_tokenizer(folder: Path):
     if model is None:
         return None
     s = read_settings(folder, XLMR_SPECIALS, (("add_prefix_space", True),))
-    vocab = [(s["bos_token"], 0.0), (s["pad_token"], 0.0), (s["eos_token"], 0.0), (s["unk_token"], 0.0),
-             *((piece, score) for piece, score, _ in model.pieces[3:]), (s["mask_token"], 0.0)]
+    vocab = arrange(s, [(piece, score) for piece, score, _ in model.pieces])
     ids = {piece: i for i, (piece, _) in enumerate(vocab)}
-    tokenizer = _unigram(vocab, 3, path)
+    require_specials(folder, s, ids, ("unk_token", "bos_token", "eos_token"))
+    tokenizer = _unigram(vocab, ids[s["unk_token"]], path)
     _charsmap_and_words(tokenizer, model, "always" if s["add_prefix_space"] else "never")
     bos, eos = s["bos_token"], s["eos_token"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
         special_tokens=[(bos, ids[bos]), (eos, ids[eos])])
+    if control_pieces:
+        _piece_tokens(tokenizer, model)
     add_specials(tokenizer, s, XLMR_SPECIALS, ids)
+    return tokenizer
+
+
+def albert_tokenizer(folder: Path):
+    """The tokenizers.Tokenizer transformers builds from an ALBERT folder's spiece.model."""
+    from tokenizers import normalizers
+
+    path = folder / "spiece.model"
+    model = _unigram_model(path)
+    if model is None:
+        return None
+    s = read_settings(folder, ALBERT_SPECIALS,
+                      (("do_lower_case", True), ("keep_accents", False), ("add_prefix_space", True)))
+    vocab = [(piece, score) for piece, score, _ in model.pieces]
+    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
+    require_specials(folder, s, ids)
+    tokenizer = _unigram(vocab, ids[s["unk_token"]], path)
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    steps += [] if s["keep_accents"] else [normalizers.NFKD(), normalizers.StripAccents()]
+    steps += [normalizers.Lowercase()] if s["do_lower_case"] else []
+    steps += [normalizers.Precompiled(model.charsmap)] if model.charsmap else []
+    _charsmap_and_words(tokenizer, model, "always" if s["add_prefix_space"] else "never")
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.post_processor = cls_sep_template(s["cls_token"], s["sep_token"], ids)
+    _piece_tokens(tokenizer, model)
+    add_specials(tokenizer, s, ALBERT_SPECIALS, ids)
     return tokenizer
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ...errors import CheckpointError
 from .folder import read_json
-from .spm_tokenizers import deberta_tokenizer, t5_tokenizer, xlm_roberta_tokenizer
+from .spm_tokenizers import (albert_tokenizer, camembert_tokenizer, deberta_tokenizer, t5_tokenizer,
+                             xlm_roberta_tokenizer)
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
@@ -99,6 +100,8 @@ BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpi
             "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "deberta-v2": (deberta_tokenizer, ("spm.model",)),
             "xlm-roberta": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
+            "camembert": (camembert_tokenizer, ("sentencepiece.bpe.model",)),
+            "albert": (albert_tokenizer, ("spiece.model",)),
             "t5": (t5_tokenizer, ("spiece.model",)), "mt5": (t5_tokenizer, ("spiece.model",))}
 
 
