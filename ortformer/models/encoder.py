@@ -138,11 +138,13 @@ class Encoder(nn.Module):
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:
     """Sentence embedding (B, F) from x (B, N, F) and key_mask (B, N), m = key_mask:
-    mean: sum_i m_i x_i / max(sum_i m_i, 1); cls: x_0; last: x_j for the last j with m_j = 1
-    (any padding side); max: max_i over kept tokens per feature. Rows with nothing kept give
-    zeros for mean, last and max."""
+    mean: sum_i m_i x_i / max(sum_i m_i, 1); cls: x_j for the first j with m_j = 1 (x_0 under
+    right padding, and under left padding the real first token, never a pad row); last: x_j
+    for the last j with m_j = 1; max: max_i over kept tokens per feature. Rows with nothing
+    kept give x_0 for cls and zeros for the others."""
     if kind == "cls":
-        pooled = x[:, 0]
+        index = key_mask.to(torch.int64).argmax(dim=1)  # (B,) the first kept index; 0 when none
+        pooled = torch.gather(x, 1, index[:, None, None].expand(-1, 1, x.shape[2])).squeeze(1)
     elif kind == "last":
         n = x.shape[1]
         # the largest kept index: argmax of m_j * (j + 1); 0 for a row with nothing kept

@@ -156,8 +156,9 @@ class ChunkedRunner:
 
     def _pool(self, hidden, mask, spans) -> np.ndarray:
         cfg = self.config
-        if cfg.pooling == "cls":
-            pooled = hidden[:, 0].astype(np.float64)
+        if cfg.pooling == "cls":  # the first kept token, as the encoder's pool()
+            first = (mask != 0).argmax(axis=1)
+            pooled = hidden[np.arange(hidden.shape[0]), first].astype(np.float64)
         else:  # mean over kept tokens, float64 sums
             total = np.zeros((hidden.shape[0], cfg.hidden_size))
             for s, e in spans:

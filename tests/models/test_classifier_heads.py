@@ -87,7 +87,7 @@ def test_eager_logits_equal_transformers(tmp_path, family, task):
     pad_id = config.pad_token_id or 0
     for case in cases(cfg):
         if not per_token and case.padding == "left":
-            continue  # a per-sequence head reads position 0, which left padding fills with a pad token
+            continue  # transformers reads position 0, a pad row under left padding (ortformer: the first kept token)
         feeds = inputs_for(cfg, case, pad_id)
         with torch.no_grad():
             ours = loaded.model(torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
@@ -117,6 +117,27 @@ def test_onnx_logits_equal_transformers_and_keep_labels(tmp_path, family, task):
     for sequence, result in zip(sequences, batched):
         alone = runtime.run([sequence])[contract.LOGITS][0]
         np.testing.assert_allclose(result, alone, atol=1e-5)
+
+
+def test_a_left_padded_sequence_is_classified_as_its_right_padded_self(tmp_path):
+    """A per-sequence head reads the first kept token: under left padding the real first token,
+    never a pad row (whose sliding-window attention row may be all masked, which the fused ONNX
+    kernel and eager PyTorch fill differently: ModernBERT's default cls head failed its gate).
+    ModernBERT's rotary positions make a shifted sequence score the same."""
+    model, _ = save_task_model("modernbert", "SequenceClassification", tmp_path / "m")
+    config_file = tmp_path / "m" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "classifier_pooling": "cls"}))
+    loaded = load_any(tmp_path / "m")
+    runtime = Runtime(export(loaded.model, tmp_path / "m.onnx", **loaded.export_options()).path, "cpu")  # gated
+    rows = [list(range(5, 19)), [21, 22, 23]]
+    right = np.array([rows[0], rows[1] + [0] * 11]), np.array([[1] * 14, [1] * 3 + [0] * 11])
+    left = np.array([rows[0], [0] * 11 + rows[1]]), np.array([[1] * 14, [0] * 11 + [1] * 3])
+    got_right = runtime.run(input_ids=right[0], attention_mask=right[1])[contract.LOGITS]
+    got_left = runtime.run(input_ids=left[0], attention_mask=left[1])[contract.LOGITS]
+    np.testing.assert_allclose(got_left, got_right, atol=1e-5)
+    model = transformers.ModernBertForSequenceClassification.from_pretrained(str(tmp_path / "m")).eval()
+    assert_logits_match(got_right, logits_of(model, {"input_ids": right[0], "attention_mask": right[1]}),
+                        right[1], per_token=False)
 
 
 def test_a_cross_encoder_scores_text_pairs_as_transformers(tmp_path):
