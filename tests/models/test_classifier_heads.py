@@ -175,6 +175,42 @@ def test_a_cross_encoder_scores_text_pairs_as_transformers(tmp_path):
         np.testing.assert_allclose(cut, model(**short).logits.numpy(), atol=1e-4)
 
 
+def test_a_plain_folder_truncates_at_its_tokenizers_model_max_length(tmp_path):
+    """Without a sentence-transformers layout the tokenizer_config.json's model_max_length is
+    the text length, as transformers' tokenizer(..., truncation=True) cuts."""
+    folder = tmp_path / "m"
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(vocab_size=30522, **SMALL))
+    model.eval().save_pretrained(str(folder))
+    for name in ("tokenizer.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm.get_model_path() / name, folder / name)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer",
+                                                              "do_lower_case": True, "model_max_length": 16}))
+    loaded = load_any(folder)
+    assert loaded.text_max_length == 16
+    runtime = Runtime(export(loaded.model, tmp_path / "m.onnx", **loaded.export_options(True)).path, "cpu")
+    texts = ["a long text that runs well past sixteen word pieces, so the tokenizer has to cut it short", "short"]
+    encoded = transformers.AutoTokenizer.from_pretrained(str(folder))(texts, truncation=True, padding=True,
+                                                                     return_tensors="pt")
+    assert encoded["input_ids"].shape[1] == 16
+    with pytest.warns(Warning, match="truncated"):
+        got = runtime.embed_texts(texts)
+    np.testing.assert_allclose(got, logits_of(model, {k: v.numpy() for k, v in encoded.items()}), atol=1e-4)
+
+
+def test_deberta_pooler_activation_takes_transformers_names(tmp_path):
+    model, _ = save_task_model("deberta-v2", "SequenceClassification", tmp_path / "m")
+    config_file = tmp_path / "m" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "pooler_hidden_act": "gelu_new"}))
+    loaded = load_any(tmp_path / "m")
+    assert loaded.config.classifier_dense == "gelu_tanh"
+    theirs = transformers.DebertaV2ForSequenceClassification.from_pretrained(str(tmp_path / "m")).eval()
+    feeds = {"input_ids": np.array([[1, 5, 9, 13, 2]]), "attention_mask": np.ones((1, 5), dtype=np.int64)}
+    with torch.no_grad():
+        ours = loaded.model(torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
+    assert_logits_match(ours["logits"].numpy(), logits_of(theirs, feeds), feeds["attention_mask"], per_token=False)
+
+
 def test_native_classifier_configs_export_and_are_checked(tmp_path):
     for overrides in ({"classifier_labels": 4, "classifier_dense": "tanh", "classifier_pooling": "mean"},
                       {"classifier_labels": 2, "classifier_per_token": True, "pooling": "none"},
@@ -322,7 +358,7 @@ def test_embed_takes_token_types_checked_as_run_checks_them(tmp_path):
 
 @pytest.mark.parametrize("family, change, why", [
     ("deberta-v2", {"pooler_hidden_act": "quick_gelu"}, "pooler_hidden_act='quick_gelu' is not supported; "
-                                                        "ortformer implements 'gelu', 'tanh', 'relu'"),
+                                                        "ortformer implements gelu, gelu_accurate"),
     ("deberta-v2", {"pooler_hidden_size": 16}, "pooler_hidden_size=16 differs from hidden_size=32"),
     ("modernbert", {"classifier_activation": ["gelu"]}, r"classifier_activation=\['gelu'\] is not supported"),
     ("modernbert", {"classifier_pooling": "max"}, "classifier_pooling='max' is not supported; valid: 'cls', 'mean'"),

@@ -119,8 +119,9 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
     """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs."""
     prompts, default = read_prompts(folder)
     modules = _modules(folder)
-    if not modules:
-        return SentenceConfig(prompts=prompts, default_prompt=default)
+    if not modules:  # a plain transformers folder: its tokenizer's model_max_length still truncates
+        max_len, lowercase = _text_settings(folder)
+        return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default)
     kinds = [_module_kind(m) for m in modules]
     unsupported = [k for k in kinds if k not in ST_SUPPORTED]
     if unsupported:

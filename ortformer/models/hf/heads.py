@@ -104,9 +104,10 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
         layout = _modernbert_head(hf, what, per_token)
     elif model_type == "deberta-v2" and not per_token:
         act = hf.get("pooler_hidden_act", "gelu")
-        if act not in ("gelu", "tanh", "relu"):
-            raise CheckpointError(f"{what} config.json pooler_hidden_act={act!r} is not supported; "
-                                  "ortformer implements 'gelu', 'tanh', 'relu'")
+        act = ACTIVATIONS.get(act, act) if isinstance(act, str) else act  # gelu_new -> gelu_tanh, ...
+        if act not in ("gelu", "gelu_tanh", "tanh", "relu", "silu"):
+            raise CheckpointError(f"{what} config.json pooler_hidden_act={hf.get('pooler_hidden_act')!r} is not "
+                                  f"supported; ortformer implements {', '.join(sorted({*ACTIVATIONS, 'tanh'}))}")
         if hf.get("pooler_hidden_size", hf.get("hidden_size")) != hf.get("hidden_size"):
             raise CheckpointError(f"{what} config.json pooler_hidden_size={hf.get('pooler_hidden_size')!r} differs "
                                   f"from hidden_size={hf.get('hidden_size')!r}; ortformer's head keeps the width")
