@@ -21,6 +21,10 @@ POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 # index: position p of the sequence; kept: the count of kept tokens before it (padding skipped, RoBERTa)
 POSITION_IDS = ("index", "kept")
 POOLINGS = ("none", "mean", "cls", "last", "max")
+# SPLADE: the sentence embedding pooled from a per-token head over the vocabulary (an MLM head)
+SPLADE_POOLINGS = ("splade_max", "splade_sum")
+# SPLADE's term weight: log1p(relu(logit)), or log1p of that again (sentence-transformers' log1p_relu)
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 # non-linearity after the sentence-embedding Dense head (sentence-transformers' Dense module)
 DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
 # classifier head: "none" = logits = W p + b; else a hidden Dense with this act first
@@ -36,7 +40,8 @@ _CHOICES = {
     "activation": ACTIVATIONS,
     "positions": POSITIONS,
     "position_ids": POSITION_IDS,
-    "pooling": POOLINGS,
+    "pooling": POOLINGS + SPLADE_POOLINGS,
+    "splade_activation": SPLADE_ACTIVATIONS,
     "sentence_dense_activation": DENSE_ACTIVATIONS,
     "classifier_pooling": POOLINGS[1:],
     "classifier_dense": CLASSIFIER_DENSE,
@@ -120,8 +125,11 @@ class EncoderConfig:
     # epsilon guarding the linear-family denominators against division by zero
     attention_eps: float = 1e-6
     # sentence embedding: none, mean over kept tokens, the first token, the last kept token,
-    # or the per-feature max over kept tokens
+    # or the per-feature max over kept tokens; splade_max / splade_sum pool the per-token
+    # head's logits instead: s_v = max_i (or sum_i) over kept tokens of log1p(relu(logits_iv))
     pooling: str = "mean"
+    # SPLADE's term weight (splade_* pooling only): log1p(relu(l)), or log1p(log1p(relu(l)))
+    splade_activation: str = "relu"
     # Dense head on the pooled vector: 0 = none, else s = act(W p + b) with W (size, F), so
     # sentence_embedding is this wide (sentence-transformers' Dense module: LaBSE, distiluse)
     sentence_dense_size: int = 0
@@ -194,8 +202,16 @@ class EncoderConfig:
         return self.max_positions - self.position_offset
 
     @property
+    def sparse(self) -> bool:
+        """A SPLADE model: sentence_embedding holds one weight per vocabulary entry."""
+        return self.pooling in SPLADE_POOLINGS
+
+    @property
     def sentence_size(self) -> int:
-        """Width of sentence_embedding: the Dense head's output, else hidden_size."""
+        """Width of sentence_embedding: the head's labels (SPLADE), the Dense head's output,
+        else hidden_size."""
+        if self.sparse:
+            return self.classifier_labels
         return self.sentence_dense_size or self.hidden_size
 
     @property
@@ -273,6 +289,15 @@ def _check_variants(cfg: EncoderConfig) -> None:
         if stray:
             raise ConfigError(f"{', '.join(stray)} shape a classifier head; with classifier_labels=0 there is none: "
                               "set classifier_labels to the number of labels, or leave them at their defaults")
+    if cfg.sparse and not (cfg.classifier_labels and cfg.classifier_per_token):
+        raise ConfigError(f"pooling={cfg.pooling!r} pools a per-token head's logits (an MLM head over the vocabulary): "
+                          "set classifier_labels and classifier_per_token=True, or choose mean, cls, last or max")
+    if cfg.sparse and cfg.sentence_dense_size:
+        raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps a pooled hidden vector; "
+                          f"pooling={cfg.pooling!r} gives vocabulary weights: set it to 0")
+    if cfg.splade_activation != "relu" and not cfg.sparse:
+        raise ConfigError(f"splade_activation={cfg.splade_activation!r} shapes SPLADE pooling; "
+                          f"with pooling={cfg.pooling!r} leave it at 'relu'")
     if cfg.classifier_norm and cfg.classifier_dense == "none":
         raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
     if cfg.embedding_norm and cfg.norm_position != "pre":

@@ -48,6 +48,8 @@ class Encoder(nn.Module):
     then s / ||s|| when normalize_embeddings. With classifier_labels = L, logits = W_o h + b_o
     with h = norm(act(W_h v + b_h)) (the Dense when classifier_dense is set, the norm when
     classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L).
+    SPLADE (pooling splade_max / splade_sum) pools a per-token head over the vocabulary (an MLM
+    head, L = V) into sentence_embedding (B, V): see splade_pool.
 
     Embeddings, E = embedding_size or F:
       e = tokens + types + positions                       (B, N, E)
@@ -117,14 +119,17 @@ class Encoder(nn.Module):
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
-        if cfg.pooling != "none":
+        if self.classifier is not None:
+            outputs["logits"] = self.classify(x, key_mask)
+        if cfg.sparse:
+            pooled = splade_pool(outputs["logits"], key_mask, cfg.pooling, cfg.splade_activation)  # (B, V)
+        elif cfg.pooling != "none":
             pooled = pool(x, key_mask, cfg.pooling)  # (B, F)
             if self.sentence_dense is not None:
                 pooled = self.sentence_activation(self.sentence_dense(pooled))  # (B, S)
+        if cfg.pooling != "none":
             outputs["sentence_embedding"] = normalized(pooled) if cfg.normalize_embeddings else pooled
-        if self.classifier is not None:
-            outputs["logits"] = self.classify(x, key_mask)
-        return outputs
+        return {name: outputs[name] for name in ("last_hidden_state", "sentence_embedding", "logits") if name in outputs}
 
     def classify(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         """logits (B, N, L) per token or (B, L) per sequence from x (B, N, F)."""
@@ -160,6 +165,19 @@ def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:
         total = (x.float() * weights).sum(dim=1)
         pooled = (total / weights.sum(dim=1).clamp(min=1.0)).to(x.dtype)
     return pooled
+
+
+def splade_pool(logits: torch.Tensor, key_mask: torch.Tensor, kind: str, activation: str) -> torch.Tensor:
+    """SPLADE's vocabulary weights (B, V) from a per-token head's logits (B, N, V):
+    w_iv = log1p(relu(l_iv)) (log1p_relu: log1p of that again), zero for padded tokens, then
+    s_v = max_i w_iv (splade_max) or sum_i w_iv (splade_sum). w >= 0, so a row with nothing
+    kept is zeros either way."""
+    weights = torch.log1p(torch.relu(logits.float()))
+    if activation == "log1p_relu":
+        weights = torch.log1p(weights)
+    weights = weights * key_mask[:, :, None].to(weights.dtype)  # (B, N, V)
+    pooled = weights.amax(dim=1) if kind == "splade_max" else weights.sum(dim=1)
+    return pooled.to(logits.dtype)
 
 
 def normalized(pooled: torch.Tensor) -> torch.Tensor:

@@ -405,10 +405,10 @@ class Runtime:
 
     def select_output(self, output: str | None) -> str:
         """`output` checked against the model's outputs; None picks the default: a
-        classifier's logits, else the sentence embedding when the model pools, else
-        last_hidden_state."""
+        classifier's logits, else the sentence embedding when the model pools (SPLADE's
+        vocabulary weights for a sparse model), else last_hidden_state."""
         if output is None:
-            if contract.LOGITS in self.output_names:
+            if contract.LOGITS in self.output_names and not self.config.sparse:
                 return contract.LOGITS
             return contract.SENTENCE_EMBEDDING if self.pools else contract.LAST_HIDDEN_STATE
         if output not in self.output_names:

@@ -5,7 +5,8 @@ this file (one module per family).
 sentence-transformers configs, when present, set the pooling: ``modules.json``
 lists the modules, ``1_Pooling/config.json`` picks the mode, a ``Dense`` module after
 the pooling maps the pooled vector (s = act(W p + b), e.g. LaBSE, distiluse), and a
-``Normalize`` module means l2-normalised embeddings.
+``Normalize`` module means l2-normalised embeddings. A sparse encoder's ``SpladePooling``
+module pools the masked-LM head's logits into vocabulary weights (SPLADE).
 """
 from __future__ import annotations
 
@@ -18,18 +19,18 @@ from typing import Callable
 
 import torch
 
-from ...config import EncoderConfig
+from ...config import SPLADE_ACTIVATIONS, SPLADE_POOLINGS, EncoderConfig
 from ...errors import CheckpointError, ConfigError
 from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
-from .heads import classifier_head
+from .heads import classifier_head, mlm_head, mlm_inputs
 
 log = logging.getLogger(__name__)
 MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[str]]]
 
 TOKENIZER_NAME = "tokenizer.json"
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
-ST_SUPPORTED = {"Transformer", "Pooling", "Dense", "Normalize"}
+ST_SUPPORTED = {"Transformer", "MLMTransformer", "Pooling", "SpladePooling", "Dense", "Normalize"}
 # sentence-transformers' Dense activation_function (a torch.nn class path) -> config name;
 # the module's default when the key is absent is Tanh
 ST_DENSE_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity", "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid"}
@@ -71,7 +72,7 @@ def transformer_dir(folder: Path) -> Path:
     """The folder holding config.json: the root, or the Transformer module's path in modules.json."""
     if not (folder / "config.json").is_file():
         for module in _modules(folder):
-            if _module_kind(module) == "Transformer":
+            if _module_kind(module) in ("Transformer", "MLMTransformer"):
                 return _module_dir(folder, module)
     return folder
 
@@ -97,6 +98,7 @@ class SentenceConfig:
     prompts: dict[str, str] = field(default_factory=dict)  # name -> text prepended before tokenizing
     default_prompt: str | None = None  # used when the caller names no prompt
     dense: DenseHead | None = None  # a Dense module after the pooling
+    splade_activation: str = "relu"  # a SpladePooling module's activation_function
 
 
 @dataclass(frozen=True)
@@ -130,14 +132,43 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
     _check_module_order(folder, kinds)
-    pooling, dense = None, None
+    _check_transformer_task(folder, kinds)
+    pooling, dense, splade_activation = None, None, "relu"
     for module, kind in zip(modules, kinds):
         if kind == "Pooling":
             pooling = _pooling_mode(read_json(_module_dir(folder, module) / "config.json"))
+        elif kind == "SpladePooling":
+            pooling, splade_activation = _splade_mode(_module_dir(folder, module) / "config.json")
         elif kind == "Dense":
             dense = _dense_head(_module_dir(folder, module))
     max_len, lowercase = _text_settings(folder)
-    return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default, dense)
+    return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default, dense,
+                          splade_activation)
+
+
+def _check_transformer_task(folder: Path, kinds: list[str]) -> None:
+    """A fill-mask Transformer (or the older MLMTransformer) hands its modules vocabulary logits,
+    which ortformer pools only with SpladePooling; SpladePooling pools nothing else."""
+    module = transformer_dir(folder)
+    config = next((d / "sentence_bert_config.json" for d in (module, folder)
+                   if (d / "sentence_bert_config.json").is_file()), None)
+    task = "fill-mask" if "MLMTransformer" in kinds else (read_json(config) if config else {}).get("transformer_task")
+    if (task == "fill-mask") != ("SpladePooling" in kinds):
+        raise CheckpointError(
+            f"{folder / 'modules.json'}: modules {kinds} with transformer_task={task!r}; ortformer pools a "
+            "fill-mask model's vocabulary logits with SpladePooling only, and SpladePooling only those")
+
+
+def _splade_mode(path: Path) -> tuple[str, str]:
+    """(pooling, splade_activation) of a SpladePooling module's config.json."""
+    config = read_json(path) if path.is_file() else {}
+    strategy, activation = config.get("pooling_strategy", "max"), config.get("activation_function", "relu")
+    if f"splade_{strategy}" not in SPLADE_POOLINGS:
+        raise CheckpointError(f"{path}: pooling_strategy={strategy!r} is not supported; valid: 'max', 'sum'")
+    if activation not in SPLADE_ACTIVATIONS:
+        raise CheckpointError(f"{path}: activation_function={activation!r} is not supported; "
+                              f"valid: {', '.join(map(repr, SPLADE_ACTIVATIONS))}")
+    return f"splade_{strategy}", activation
 
 
 def _text_settings(folder: Path) -> tuple[int | None, bool]:
@@ -166,7 +197,7 @@ def _text_settings(folder: Path) -> tuple[int | None, bool]:
 
 def _check_module_order(folder: Path, kinds: list[str]) -> None:
     """Transformer, then Pooling, then at most one Dense, then Normalize: the order ortformer computes."""
-    rank = {"Transformer": 0, "Pooling": 1, "Dense": 2, "Normalize": 3}
+    rank = {"Transformer": 0, "MLMTransformer": 0, "Pooling": 1, "SpladePooling": 1, "Dense": 2, "Normalize": 3}
     order = [rank[k] for k in kinds]
     if order != sorted(order) or len(set(order)) != len(order) or ("Dense" in kinds and "Pooling" not in kinds):
         raise CheckpointError(
@@ -286,16 +317,23 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
         normalize = st.normalize and pooling != "none"
     # a Dense head maps the pooled vector: without a pooling (pooling="none") it has nothing to map
     dense = st.dense if st.dense is not None and pooling != "none" else None
-    # a fine-tuned classifier (config.json's architectures) keeps its head as the logits output
-    classifier = classifier_head(hf_config, hf_config.get("model_type"), str(model_dir))
+    # a fine-tuned classifier (config.json's architectures) keeps its head as the logits output;
+    # SPLADE pools the masked-LM head's logits
+    sparse = pooling in SPLADE_POOLINGS
+    model_type = hf_config.get("model_type")
+    classifier = (mlm_head(hf_config, model_type, str(model_dir)) if sparse
+                  else classifier_head(hf_config, model_type, str(model_dir)))
     common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name,
-              **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {})}
+              **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {}),
+              **({"splade_activation": st.splade_activation} if sparse else {})}
     cfg = build(hf_config, common)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
     if classifier is not None:
-        head_tensors, used = classifier.tensors(raw, cfg.hidden_size, cfg.bias, str(weights))
+        head_raw = mlm_inputs(classifier, raw, mapped.get("tokens.weight")) if sparse else raw
+        head_tensors, used = classifier.tensors(head_raw, cfg.hidden_size, cfg.bias, str(weights))
+        used |= {classifier.tied} if sparse and classifier.tied in raw else set()
         mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used]
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))

@@ -1,4 +1,5 @@
-"""Classifier heads of fine-tuned folders (*ForSequenceClassification, *ForTokenClassification).
+"""Classifier heads of fine-tuned folders (*ForSequenceClassification, *ForTokenClassification),
+and the masked-LM heads that SPLADE models pool.
 
 A per-sequence head reads the first token: logits = W_o act(W_h x_0 + b_h) + b_o (B, L), which
 is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification head, DistilBERT's
@@ -6,6 +7,9 @@ pre_classifier + classifier and DeBERTa's context pooler + classifier; ModernBER
 first token or the mean and adds a norm: W_o norm(act(W_h v)) + b_o. A per-token head is one
 Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). The tensors keep the names the task model saves them
 under; the family's own loader drops them as before, and import_folder takes them from here.
+
+An MLM head is a per-token head over the vocabulary, logits = W_e norm(act(W_h x_i + b_h)) + b_e
+(B, N, V), whose decoder W_e is usually tied to the token embeddings (and then not saved).
 """
 from __future__ import annotations
 
@@ -41,17 +45,37 @@ SEQUENCE_HEADS = {
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 
 
+# model_type -> the masked-LM head: (Dense, norm, decoder, the decoder bias's other saved name)
+MLM_HEADS = {
+    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.decoder",
+             "cls.predictions.bias"),
+    "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector", None),
+    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
+    "xlm-roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
+    "camembert": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
+    "modernbert": ("head.dense", "head.norm", "decoder", None),
+}
+
+
 @dataclass(frozen=True)
 class ClassifierHead:
     """The head a folder's config.json and weights describe."""
     per_token: bool
     layout: HeadLayout
-    labels: tuple[str, ...]  # names by label id
+    labels: tuple[str, ...]  # names by label id (none for an MLM head)
+    width: int = 0  # L when the labels have no names (an MLM head: the vocabulary size)
+    kind: str = "classifier"  # what the error messages call it
+    tied: str | None = None  # an MLM decoder's bias under its other saved name
+
+    @property
+    def size(self) -> int:
+        """L, the width of the logits."""
+        return self.width or len(self.labels)
 
     def fields(self) -> dict:
         """The EncoderConfig fields of this head."""
         layout = self.layout
-        return {"classifier_labels": len(self.labels), "classifier_per_token": self.per_token,
+        return {"classifier_labels": self.size, "classifier_per_token": self.per_token,
                 "classifier_pooling": layout.pooling, "classifier_norm": layout.norm is not None,
                 "classifier_dense": layout.activation if layout.dense is not None else "none"}
 
@@ -60,7 +84,7 @@ class ClassifierHead:
         A hidden Linear saved without a bias (ModernBERT's classifier_bias=false) gets zeros."""
         import torch
 
-        F, L = hidden_size, len(self.labels)
+        F, L = hidden_size, self.size
         # (target, source, kind, shape, may be absent)
         parts = [("classifier", self.layout.out, "weight", (L, F), False),
                  ("classifier", self.layout.out, "bias", (L,), False)]
@@ -77,14 +101,51 @@ class ClassifierHead:
                 if optional:
                     mapped[f"{target}.{kind}"] = torch.zeros(shape)
                     continue
-                raise CheckpointError(f"{what}: the classifier head's {name} is missing (config.json's "
-                                      "architectures names a classification model)")
+                why = ("config.json's architectures names a classification model" if self.kind == "classifier"
+                       else "a SPLADE model pools a masked-LM head")
+                raise CheckpointError(f"{what}: the {self.kind} head's {name} is missing ({why})")
             if tuple(raw[name].shape) != shape:
                 raise CheckpointError(f"{what}: {name} has shape {tuple(raw[name].shape)}, expected {shape} "
                                       f"({L} labels, hidden size {F})")
             mapped[f"{target}.{kind}"] = raw[name].to(torch.float32)
             used.add(name)
         return mapped, used
+
+
+def mlm_head(hf: dict, model_type: str, what: str) -> ClassifierHead:
+    """The masked-LM head SPLADE pools: Dense, activation, norm, decoder over the vocabulary."""
+    if model_type not in MLM_HEADS:
+        raise CheckpointError(f"{what}: a SPLADE model pools a masked-LM head; ortformer imports those of "
+                              f"{', '.join(MLM_HEADS)}, not {model_type!r}")
+    dense, norm, decoder, bias = MLM_HEADS[model_type]
+    if model_type == "modernbert":
+        layout = _modernbert_head(hf, what, per_token=True)
+        layout = HeadLayout(layout.dense, decoder, layout.activation, norm, dense_bias_optional=True)
+    else:
+        # BERT's transform uses hidden_act, DistilBERT's its activation, RoBERTa's lm_head always gelu
+        act = {"bert": hf.get("hidden_act", "gelu"), "distilbert": hf.get("activation", "gelu")}.get(model_type, "gelu")
+        ours = ACTIVATIONS.get(act) if isinstance(act, str) else None
+        if ours not in ("relu", "gelu", "gelu_tanh", "silu"):
+            raise CheckpointError(f"{what} config.json activation {act!r} of the masked-LM head is not supported; "
+                                  f"ortformer implements {', '.join(sorted(ACTIVATIONS))}")
+        layout = HeadLayout(dense, decoder, ours, norm)
+    vocab = hf.get("vocab_size")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise CheckpointError(f"{what} config.json vocab_size={vocab!r} must be an int >= 1")
+    return ClassifierHead(True, layout, (), width=vocab, kind="masked-LM", tied=bias)
+
+
+def mlm_inputs(head: ClassifierHead, raw: Tensors, token_table) -> Tensors:
+    """``raw`` with the decoder's weight and bias under the names ClassifierHead.tensors reads:
+    a decoder tied to the token embeddings is saved without its weight, and some saves name the
+    bias after the head (BERT's cls.predictions.bias) rather than the decoder."""
+    out = head.layout.out
+    filled = dict(raw)
+    if f"{out}.weight" not in raw and token_table is not None:
+        filled[f"{out}.weight"] = token_table
+    if f"{out}.bias" not in raw and head.tied and head.tied in raw:
+        filled[f"{out}.bias"] = raw[head.tied]
+    return filled
 
 
 def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | None:
