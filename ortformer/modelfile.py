@@ -393,10 +393,12 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
     return files
 
 
-def tokenizer_path(model: ModelFile) -> Path | None:
+def tokenizer_path(model: ModelFile, missing_ok: bool = False) -> Path | None:
     """The tokenizer file named by the optional `ortformer.tokenizer` metadata, checked
-    to lie inside the model's folder like external data; None when the key is absent."""
+    to lie inside the model's folder like external data; None when the key is absent (and,
+    with missing_ok, when the file is not there: the model then serves token ids only)."""
     name = model.metadata.get(contract.META_TOKENIZER)
     if not name:
         return None
-    return resolve_inside(model.path.absolute().parent, name, f"{model.path}: '{contract.META_TOKENIZER}' metadata")
+    return resolve_inside(model.path.absolute().parent, name, f"{model.path}: '{contract.META_TOKENIZER}' metadata",
+                          missing_ok=missing_ok)

@@ -247,3 +247,38 @@ def test_export_says_why_an_older_tokenizer_is_not_shipped(tmp_path):
     summary = json.loads(invoke("export", "--from", folder, "-o", tmp_path / "b.onnx", "--no-parity", "--force",
                                 "--json").stdout)
     assert summary["text_note"] is None and "b.tokenizer.json" in " ".join(summary["files"])
+
+
+def test_int8_is_refused_with_standard_ops_only(tmp_path):
+    """int8 writes onnxruntime's MatMulIntegerToFloat: --no-fused-ops (standard ONNX only) cannot hold it."""
+    from ortformer.config import preset
+    from ortformer.errors import ExportError
+    from ortformer.exporter import export
+
+    assert "--no-fused-ops promises standard ONNX ops only" in fail(
+        "export", "--preset", "tiny", "--no-fused-ops", "--quantize", "int8", "-o", tmp_path / "m.onnx", code=2)
+    with pytest.raises(ExportError, match="fused_ops=False promises standard ONNX ops only"):
+        export(preset("tiny"), tmp_path / "m.onnx", quantize="int8", fused_ops=False)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_sigterm_ends_an_export_as_ctrl_c_does_leaving_no_staging(tmp_path):
+    """timeout, docker stop and systemd send SIGTERM: the staging folder goes, as after Ctrl-C."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "m.onnx"
+    child = subprocess.Popen([sys.executable, "-c", "from ortformer.cli import main; main()", "export", "--preset", "small", "-o", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob(".m.onnx.*")) and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.poll() is None, "the export ended before it staged anything"
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 1 and "Aborted" in stderr, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

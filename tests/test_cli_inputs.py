@@ -104,3 +104,38 @@ def test_text_errors_give_advice_the_cli_can_follow(text_model, tokens_model, tm
     assert not (tmp_path / "x.npy").exists()
     line = fail("infer", tokens_model, "--text", "hello")
     assert "names no tokenizer" in line and "export --tokenizer" in line and "infer --ids" in line
+
+
+def test_a_text_file_keeps_its_lines_as_written(text_model, tmp_path):
+    """A byte-order mark is not part of the first text; only "\\n" ends a line (a lone "\\r"
+    stays inside its line, so rows still line up with lines); "-" reads stdin."""
+    from ortformer.cli.runtime_cmd import _read_texts
+
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"\xef\xbb\xbfhello world\r\na\rb\nc\n")
+    assert _read_texts((), str(path)) == ["hello world", "a\rb", "c"]
+    rows = json.loads(invoke("infer", text_model, "--text-file", path).stdout)
+    given = json.loads(invoke("infer", text_model, "--text", "hello world", "--text", "a\rb", "--text", "c").stdout)
+    assert len(rows) == 3
+    np.testing.assert_allclose(rows, given, atol=1e-6, rtol=0)
+    piped = json.loads(invoke("infer", text_model, "--text-file", "-", input=path.read_bytes()).stdout)
+    np.testing.assert_allclose(piped, given, atol=1e-6, rtol=0)
+    assert "cannot both read stdin" in fail("infer", text_model, "--text-file", "-", "--pair-file", "-", code=2)
+
+
+def test_json_booleans_are_not_token_ids(tokens_model):
+    assert "holds true/false" in fail("infer", tokens_model, "--ids", "[[5, true]]")
+    assert "holds true/false" in fail("infer", tokens_model, "--ids", "[[5, 6]]", "--mask", "[[1, false]]")
+    assert "holds true/false" in fail("infer", tokens_model, input="[5, true]\n")
+
+
+def test_errors_in_batched_rectangular_input_name_the_row_of_the_input(tokens_model, tmp_path):
+    ids = np.full((10, 4), 5, dtype=np.int64)
+    ids[9, 3] = 10 ** 6
+    (tmp_path / "ids.npy").write_bytes(b"")
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "mask.npy", np.ones((10, 4), dtype=np.int64))
+    for extra in (["--mask", tmp_path / "mask.npy"], ["--tensor", "last_hidden_state", "-o", tmp_path / "h.npy"]):
+        line = fail("infer", tokens_model, "--input", tmp_path / "ids.npy", "--batch-size", 4, *extra)
+        assert "input_ids[9, 3]" in line and "rows 8..9 of the input" in line, line
+    assert not (tmp_path / "h.npy").exists()

@@ -12,6 +12,9 @@ import pytest
 
 from ortformer import fsutil
 
+sys.path.insert(0, str(Path(__file__).parent / "scale"))
+# the session fixture text_model: tiny with BERT's vocabulary and the MiniLM tokenizer beside it
+from conftest import text_model  # noqa: E402,F401
 sys.path.insert(0, str(Path(__file__).parent))
 from cli_helpers import fail, invoke  # noqa: E402
 
@@ -149,3 +152,32 @@ def test_a_reader_that_leaves_early_ends_the_output_quietly(tokens_model, tmp_pa
     stderr = writer.stderr.read().decode()
     writer.wait(timeout=120)
     assert "Traceback" not in stderr and "error" not in stderr, stderr
+
+
+def test_optimize_never_writes_over_its_models_tokenizer_and_takes_a_model_without_one(text_model, tmp_path):
+    model = tmp_path / "m.onnx"
+    shutil.copy(text_model, model)
+    shutil.copy(text_model.parent / "tokenizer.json", tmp_path / "tokenizer.json")  # the name its metadata gives
+    before = (tmp_path / "tokenizer.json").read_bytes()
+    assert "tokenizer of the model being optimized" in fail("optimize", model, "-o", tmp_path / "tokenizer.json",
+                                                            "--force")
+    assert (tmp_path / "tokenizer.json").read_bytes() == before
+    (tmp_path / "tokenizer.json").unlink()  # the .onnx copied alone still serves ids: it optimizes too
+    invoke("optimize", model, "-o", tmp_path / "o.onnx")
+    assert not (tmp_path / "o.tokenizer.json").exists()
+
+
+def test_triton_repo_refuses_to_replace_the_entry_its_model_lies_in(text_model, tmp_path):
+    entry = tmp_path / "repo" / "m"
+    entry.mkdir(parents=True)
+    model = entry / "m.onnx"
+    shutil.copy(text_model, model)
+    shutil.copy(text_model.parent / "tokenizer.json", entry / "tokenizer.json")
+    assert "lies inside the repository entry" in fail("triton-repo", model, "--repo", tmp_path / "repo", "--force")
+    assert model.is_file() and (entry / "tokenizer.json").is_file()
+    # a model copied without its tokenizer still serves token ids: a warning, not an error
+    alone = tmp_path / "alone.onnx"
+    shutil.copy(text_model, alone)
+    result = invoke("triton-repo", alone, "--repo", tmp_path / "repo2")
+    assert "warning:" in result.stderr and "is missing" in result.stderr
+    assert (tmp_path / "repo2" / "alone" / "1" / "model.onnx").is_file()

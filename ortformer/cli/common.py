@@ -7,8 +7,10 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -44,8 +46,11 @@ class GuardedGroup(click.Group):
     """Turns every OrtformerError into a one-line CliError unless --debug was given."""
 
     def invoke(self, ctx: click.Context):
+        previous = _terminate_as_interrupt()
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _one_line_warning
+                return super().invoke(ctx)
         except OrtformerError as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
@@ -62,6 +67,27 @@ class GuardedGroup(click.Group):
             if (ctx.obj or {}).get("debug"):
                 raise
             raise CliError("out of memory; try a smaller input, batch or model") from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_as_interrupt():
+    """SIGTERM (timeout, docker stop, systemd) ends a command as Ctrl-C does: the staging
+    files and folders of a write are removed on the way out and click says "Aborted!".
+    Returns the handler it replaced (None off the main thread, where none can be set)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an app embedding the CLI)
+        return None
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library warning as one line, like errors: "warning: ..." on stderr."""
+    click.echo(f"warning: {message}", err=True)
 
 
 def _silence_stdout() -> None:

@@ -218,6 +218,9 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
     for flag, value in (("--triton-name", triton_name), ("--max-batch-size", max_batch_size)):
         if value is not None and not triton_repo:
             raise click.UsageError(f"{flag} only applies with --triton-repo")
+    if quantize and no_fused_ops:
+        raise click.UsageError(f"--quantize {quantize} writes onnxruntime's MatMulIntegerToFloat (com.microsoft); "
+                               "--no-fused-ops promises standard ONNX ops only: drop one of the two")
     if quantize and dtype != "float32":
         raise click.UsageError(f"--quantize {quantize} quantizes a float32 export; drop --dtype {dtype} "
                                f"(or --quantize for a {dtype} model)")

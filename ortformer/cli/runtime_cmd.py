@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -22,6 +23,9 @@ OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING, contract.LOG
 
 
 def _parse_json(text: str, what: str):
+    """Ids, masks or features as JSON: numbers only (true/false would pass as 1 and 0)."""
+    if re.search(r"\b(true|false)\b", text):
+        raise CliError(f"{what} holds true/false; token ids, masks and features are numbers")
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -75,12 +79,13 @@ def _read_texts(texts: tuple[str, ...], text_file: str | None, what: str = "text
     if texts and text_file:
         raise click.UsageError(f"give either --{what} or --{what}-file, not both")
     if text_file:
+        raw = sys.stdin.buffer.read() if text_file == "-" else Path(text_file).read_bytes()
         try:
-            text = Path(text_file).read_text(encoding="utf-8")
+            text = raw.decode("utf-8-sig")  # a byte-order mark is not part of the first text
         except UnicodeDecodeError as exc:
             raise CliError(f"--{what}-file {text_file} is not UTF-8 text: {exc}") from None
         # one row per line, blank lines included, so output rows line up with input lines;
-        # only "\n" ends a line (str.splitlines would also split on U+2028 and friends)
+        # only "\n" ends a line (a lone "\r", U+2028 and friends stay inside their line)
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
@@ -118,9 +123,20 @@ def _infer_batch(runtime: Runtime, data, mask, output: str, batch_size: int, max
     data, mask = as_array(key, data), as_array(contract.ATTENTION_MASK, mask)
     if mask.shape != data.shape[:2]:
         raise InputError(f"--mask has shape {mask.shape}; valid: {data.shape[:2]}, the [batch, sequence] of {key}")
-    parts = [runtime.run(**{key: data[i:i + batch_size]}, attention_mask=mask[i:i + batch_size])[output]
+    parts = [_run_rows(runtime, i, {key: data[i:i + batch_size], contract.ATTENTION_MASK: mask[i:i + batch_size]})[output]
              for i in range(0, len(data), batch_size)]
     return np.concatenate(parts)
+
+
+def _run_rows(runtime: Runtime, start: int, feeds: dict, out=None) -> dict:
+    """runtime.run on the rows from ``start`` of a larger input, its errors naming rows of that input."""
+    try:
+        return runtime.run(**feeds, out=out)
+    except InputError as exc:
+        rows = len(next(iter(feeds.values())))
+        shifted = re.sub(r"\b(input_ids|inputs_embeds|attention_mask|token_type_ids)\[(\d+)",
+                         lambda m: f"{m[1]}[{int(m[2]) + start}", str(exc))
+        raise InputError(f"{shifted} (checked in rows {start}..{start + rows - 1} of the input)") from None
 
 
 def _rectangular(batch, runtime: Runtime) -> bool:
@@ -141,8 +157,8 @@ def _infer_to_memmap(runtime: Runtime, data: np.ndarray, mask, batch_size: int, 
         reserve(tmp)  # a full disk is an error line now, not a SIGBUS mid-run
         for i in range(0, len(data), batch_size):
             rows = slice(i, i + batch_size)
-            runtime.run(**{runtime.main_input: data[rows]},
-                        attention_mask=None if mask is None else mask[rows], out=result[rows])
+            feeds = {runtime.main_input: data[rows], **({} if mask is None else {contract.ATTENTION_MASK: mask[rows]})}
+            _run_rows(runtime, i, feeds, out=result[rows])
         result.flush()
         del result
 
@@ -190,11 +206,12 @@ def _jsonable(result):
 @click.option("--mask", help="attention_mask (B, N) of 0/1, as JSON text or a .npy / .json file; "
                               "needs a rectangular input.")
 @click.option("--text", "texts", multiple=True, help="A text to embed with the model's tokenizer (repeatable).")
-@click.option("--text-file", type=click.Path(exists=True, dir_okay=False), help="Texts to embed, one per line.")
+@click.option("--text-file", type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+              help="Texts to embed, one per line (- reads them from stdin).")
 @click.option("--pair", "pairs", multiple=True,
               help="A second text for each --text, joined by the tokenizer's pair template (a cross-encoder's "
                    "passage for its query); repeatable, one per --text.")
-@click.option("--pair-file", type=click.Path(exists=True, dir_okay=False),
+@click.option("--pair-file", type=click.Path(exists=True, dir_okay=False, allow_dash=True),
               help="Second texts, one per line, paired with --text-file's lines.")
 @click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
                                     "default: the model's default prompt; '' for none.")
@@ -237,6 +254,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
     if out is not None:
         out = check_output(out, force=force, option="-o/--output", inputs=[model, input_file, text_file, pair_file])
     fmt = fmt or ("npy" if out and out.suffix == ".npy" else "json")
+    if text_file == "-" and pair_file == "-":
+        raise click.UsageError("--text-file and --pair-file cannot both read stdin (-)")
     text_input = _read_texts(texts, text_file)
     pair_input = _read_texts(pairs, pair_file, "pair")
     if pair_input is not None and (text_input is None or len(pair_input) != len(text_input)):

@@ -185,6 +185,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     if quantize is not None and dtype != "float32":
         raise ExportError(f"quantize={quantize!r} quantizes a float32 export; got dtype={dtype!r} "
                           f"(use dtype='float32' with quantize, or dtype={dtype!r} alone)")
+    if quantize is not None and not fused_ops:
+        raise ExportError(f"quantize={quantize!r} writes onnxruntime's MatMulIntegerToFloat (com.microsoft); "
+                          "fused_ops=False promises standard ONNX ops only: drop one of the two")
     precision = quantize or dtype
     if isinstance(model_or_config, EncoderConfig):  # before torch allocates the weights
         cost.check_fits(cost.parameter_bytes(model_or_config), f"exporting {model_or_config.name!r} "

@@ -43,6 +43,9 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     out = Path(out)
     if out.exists() and os.path.samefile(out, source.path):
         raise ModelFileError(f"{out} is the model being optimized; write the optimized copy to another file")
+    tokenizer = tokenizer_path(source, missing_ok=True)  # a model copied alone still optimizes, for ids
+    if out.exists() and tokenizer is not None and os.path.samefile(out, tokenizer):
+        raise ModelFileError(f"{out} is the tokenizer of the model being optimized; write the copy to another file")
     if out.exists() and not force:
         raise ModelFileError(f"{out} already exists; pass force=True (--force) to replace it")
     if not out.absolute().parent.is_dir():
@@ -50,9 +53,10 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     metadata = {**source.metadata, META_OPTIMIZED: json.dumps(
         {"onnxruntime": ort.__version__, "provider": "cpu", "level": "extended"})}
     # the tokenizer travels with the copy, as export writes it: <stem>.tokenizer.json beside the model
-    tokenizer = tokenizer_path(source)
     tokenizer_dest = None
-    if tokenizer is not None:
+    if tokenizer is None:
+        metadata.pop(contract.META_TOKENIZER, None)
+    else:
         metadata[contract.META_TOKENIZER] = f"{out.stem}.tokenizer.json"
         tokenizer_dest = out.absolute().parent / metadata[contract.META_TOKENIZER]
         if tokenizer_dest.exists() and not force and tokenizer_dest.read_bytes() != tokenizer.read_bytes():

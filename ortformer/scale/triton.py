@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -100,6 +101,11 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     entry = repo / name
     if repo.exists() and not repo.is_dir():
         raise OutputError(f"repository {repo} exists and is not a folder; give a folder path")
+    # replacing the entry removes what lies in it: never the files this call reads
+    for source in (src, *data_files.values(), *([tokenizer[1]] if tokenizer else [])):
+        if source.resolve().is_relative_to(entry.resolve()):
+            raise OutputError(f"{source} lies inside the repository entry {entry} that would be replaced; "
+                              "copy the model out of it first, or choose another --repo or --name")
     for inside in (entry, entry / VERSION):  # a link would carry the writes out of the repository
         if inside.is_symlink():
             raise OutputError(f"{inside} is a symbolic link; the repository entry must be a real folder "
@@ -227,7 +233,11 @@ def _old_data_files(path: Path) -> set[str]:
 
 def _tokenizer(model: ModelFile) -> tuple[str, Path] | None:
     """(name as in the metadata, file) of the tokenizer the model names, if any."""
-    source = tokenizer_path(model)
+    source = tokenizer_path(model, missing_ok=True)
+    if source is None and model.metadata.get(contract.META_TOKENIZER):
+        # the .onnx copied without its tokenizer still serves token ids, as Runtime does
+        warnings.warn(f"{model.path}: its tokenizer {model.metadata[contract.META_TOKENIZER]!r} is missing; the "
+                      "entry serves token ids and clients tokenize themselves", stacklevel=3)
     return None if source is None else (model.metadata[contract.META_TOKENIZER], source)
 
 
