@@ -282,3 +282,8 @@ def test_sigterm_ends_an_export_as_ctrl_c_does_leaving_no_staging(tmp_path):
         child.kill()
     assert child.returncode == 1 and "Aborted" in stderr, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_architecture_flags_with_from_are_a_usage_error(tmp_path):
+    line = fail("export", "--from", tmp_path, "--layers", 3, "-o", tmp_path / "m.onnx", code=2)
+    assert "--from takes the architecture from the checkpoint" in line

@@ -207,7 +207,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
     from ..errors import require_torch
 
     if from_path and (preset_name or config_file or any(v is not None for v in flags.values())):
-        raise ConfigError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
+        raise click.UsageError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
     if print_config:
         if from_path:
             raise click.UsageError("--print-config describes the flags' config; --from takes it from the checkpoint")
