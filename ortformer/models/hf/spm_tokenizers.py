@@ -138,6 +138,20 @@ def _unigram_model(path: Path) -> SpmModel | None:
     return model if model.model_type == UNIGRAM else None
 
 
+def _pieces_and_settings(path: Path, specials: dict[str, str], flags):
+    """(model, settings, vocabulary as (piece, score) by id, id by piece) of a tokenizer whose
+    ids are the model's own, its [CLS]/[SEP]/unknown specials checked to be pieces; None for a
+    BPE-type model."""
+    model = _unigram_model(path)
+    if model is None:
+        return None
+    s = read_settings(path.parent, specials, flags)
+    vocab = [(piece, score) for piece, score, _ in model.pieces]
+    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
+    require_specials(path.parent, s, ids)
+    return model, s, vocab, ids
+
+
 def _unigram(vocab: list[tuple[str, float]], unk_id: int, path: Path):
     from tokenizers import Tokenizer
     from tokenizers.models import Unigram
@@ -188,14 +202,11 @@ def deberta_tokenizer(folder: Path):
     from tokenizers import Regex, normalizers, pre_tokenizers
 
     path = folder / "spm.model"
-    model = _unigram_model(path)
-    if model is None:
+    read = _pieces_and_settings(path, DEBERTA_SPECIALS,
+                                (("do_lower_case", False), ("split_by_punct", False), ("add_prefix_space", True)))
+    if read is None:
         return None
-    s = read_settings(folder, DEBERTA_SPECIALS,
-                  (("do_lower_case", False), ("split_by_punct", False), ("add_prefix_space", True)))
-    vocab = [(piece, score) for piece, score, _ in model.pieces]
-    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
-    require_specials(folder, s, ids)
+    model, s, vocab, ids = read
     # transformers looks the unknown piece up by its token and a score of 0, else takes the trainer's
     unk_id = vocab.index((s["unk_token"], 0.0)) if (s["unk_token"], 0.0) in vocab else model.unk_id
     tokenizer = _unigram(vocab, unk_id, path)
@@ -258,14 +269,11 @@ def albert_tokenizer(folder: Path):
     from tokenizers import normalizers
 
     path = folder / "spiece.model"
-    model = _unigram_model(path)
-    if model is None:
+    read = _pieces_and_settings(path, ALBERT_SPECIALS,
+                                (("do_lower_case", True), ("keep_accents", False), ("add_prefix_space", True)))
+    if read is None:
         return None
-    s = read_settings(folder, ALBERT_SPECIALS,
-                      (("do_lower_case", True), ("keep_accents", False), ("add_prefix_space", True)))
-    vocab = [(piece, score) for piece, score, _ in model.pieces]
-    ids = {piece: i for i, (piece, _) in enumerate(vocab)}
-    require_specials(folder, s, ids)
+    model, s, vocab, ids = read
     tokenizer = _unigram(vocab, ids[s["unk_token"]], path)
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     steps += [] if s["keep_accents"] else [normalizers.NFKD(), normalizers.StripAccents()]
