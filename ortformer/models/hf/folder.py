@@ -323,7 +323,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model_type = hf_config.get("model_type")
     classifier = (mlm_head(hf_config, model_type, str(model_dir)) if sparse
                   else classifier_head(hf_config, model_type, str(model_dir)))
-    common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or root.resolve().name,
+    common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or folder_name(root),
               **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {}),
               **({"splade_activation": st.splade_activation} if sparse else {})}
     cfg = build(hf_config, common)
@@ -347,6 +347,22 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt, labels=classifier.labels if classifier else ())
+
+
+# folder names that say nothing of the model: its name is then the folder above
+GENERIC_FOLDER_NAMES = {"model", "models", "checkpoint", "checkpoints", "weights", "files", "hf", "transformer"}
+
+
+def folder_name(root: Path) -> str:
+    """The model's name from its folder (`ortformer info`, Triton's header): the folder's own
+    name, the repository's for a Hugging Face cache snapshot (models--org--name/snapshots/<hash>),
+    the folder above for a generic name ("model", as packages ship weights)."""
+    root = root.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return root.parent.parent.name.rsplit("--", 1)[-1]
+    if root.name.lower() in GENERIC_FOLDER_NAMES and root.parent.name:
+        return root.parent.name
+    return root.name
 
 
 def make_config(what: str, **fields) -> EncoderConfig:
