@@ -163,9 +163,15 @@ def _infer_to_memmap(runtime: Runtime, data: np.ndarray, mask, batch_size: int, 
         del result
 
 
-def _write(result, fmt: str, out: Path | None, width: int) -> None:
+def _sparse_row(row: np.ndarray) -> dict:
+    """A vector's non-zero entries: {"indices": [i, ...], "values": [v_i, ...]}."""
+    indices = np.flatnonzero(row)
+    return {"indices": indices.tolist(), "values": row[indices].tolist()}
+
+
+def _write(result, fmt: str, out: Path | None, width: int, sparse: bool = False) -> None:
     if fmt == "json":
-        text = json.dumps(_jsonable(result))
+        text = json.dumps([_sparse_row(row) for row in result] if sparse else _jsonable(result))
         if out:
             with written(out, "-o/--output") as tmp:
                 tmp.write_text(text + "\n")
@@ -227,12 +233,14 @@ def _jsonable(result):
               help="Which output tensor (default: logits for a classifier, else sentence_embedding when "
                    "the model pools, else last_hidden_state).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
+@click.option("--sparse", is_flag=True, help='JSON rows as {"indices": [...], "values": [...]}, the non-zero entries '
+              "of each vector: a SPLADE model's term weights (token id -> weight) without its zeros.")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False),
               help="Write the result to this file instead of stdout (atomically, once the run succeeded).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.pass_context
 def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file, prompt_name, provider,
-          allow_fallback, device_id, threads, batch_size, max_tokens, tensor, fmt, out, force):
+          allow_fallback, device_id, threads, batch_size, max_tokens, tensor, fmt, sparse, out, force):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
     Input comes from --ids, --input, or stdin: one JSON array of ids per line,
@@ -282,6 +290,9 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
         check_output(out, force=force, option="-o/--output",
                      inputs=[*runtime.model_file.external_files, runtime.tokenizer_path()])
     output = runtime.select_output(tensor)
+    if sparse and (fmt != "json" or len(contract.output_shapes(runtime.config)[output]) != 2):
+        raise click.UsageError(f"--sparse writes JSON rows of one vector each (sentence_embedding or a per-sequence "
+                               f"logits), not --format {fmt} of {output}")
     if text_input is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -289,7 +300,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
                                          prompt_name=prompt_name, pairs=pair_input)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
-        _write(result, fmt, out, _width(runtime, output))
+        _write(result, fmt, out, _width(runtime, output), sparse)
         return
     if ids is not None or input_file is not None:
         batch = _as_batch(data, runtime)
@@ -299,17 +310,18 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
         if out and fmt == "npy" and output == contract.LAST_HIDDEN_STATE and _rectangular(batch, runtime):
             _infer_to_memmap(runtime, batch, mask, batch_size, out)
         else:
-            _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out, _width(runtime, output))
+            _write(_infer_batch(runtime, batch, mask, output, batch_size, max_tokens), fmt, out,
+                   _width(runtime, output), sparse)
         return
     if out is None:
-        _stream(runtime, output, None)
+        _stream(runtime, output, None, sparse)
         return
     # the file appears (or is replaced) only when every line succeeded
     with written(out, "-o/--output") as tmp, open(tmp, "w") as stream:
-        _stream(runtime, output, stream)
+        _stream(runtime, output, stream, sparse)
 
 
-def _stream(runtime: Runtime, output: str, stream) -> None:
+def _stream(runtime: Runtime, output: str, stream, sparse: bool = False) -> None:
     """One JSON line out per JSON line in from stdin; blank lines are skipped."""
     for number, line in enumerate(sys.stdin, 1):
         if not line.strip():
@@ -319,7 +331,7 @@ def _stream(runtime: Runtime, output: str, stream) -> None:
             (result,) = runtime.embed([sequence], output=output)
         except InputError as exc:
             raise InputError(f"stdin line {number}: {exc}") from None
-        click.echo(json.dumps(result.tolist()), file=stream)  # click.echo flushes each line
+        click.echo(json.dumps(_sparse_row(result) if sparse else result.tolist()), file=stream)  # flushed each line
 
 
 @click.command("info")

@@ -143,3 +143,23 @@ def test_splade_config_needs_a_per_token_head():
         EncoderConfig(splade_activation="log1p_relu")
     with pytest.raises(ConfigError, match="gives vocabulary weights"):
         EncoderConfig(pooling="splade_sum", classifier_labels=10, classifier_per_token=True, sentence_dense_size=8)
+
+
+def test_cli_writes_a_sparse_models_term_weights_without_zeros(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from cli_helpers import fail, invoke
+
+    folder = sparse_folder(tmp_path, "distilbert")
+    _, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
+    dense = Runtime(path, "cpu").embed_texts(TEXTS[:2])
+    rows = json.loads(invoke("infer", path, "--text", TEXTS[0], "--text", TEXTS[1], "--sparse").stdout)
+    for row, want in zip(rows, dense):
+        assert row["indices"] == np.flatnonzero(want).tolist() and 0 < len(row["indices"]) < VOCAB
+        np.testing.assert_allclose(row["values"], want[row["indices"]], atol=1e-6)
+    streamed = invoke("infer", path, "--sparse", input="[101, 7592, 102]\n").stdout.splitlines()
+    assert set(json.loads(streamed[0])) == {"indices", "values"}
+    assert "--sparse writes JSON rows of one vector each" in fail(
+        "infer", path, "--text", "a", "--sparse", "--tensor", "last_hidden_state", code=2)
