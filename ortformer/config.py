@@ -45,6 +45,7 @@ _CHOICES = {
     "sentence_dense_activation": DENSE_ACTIVATIONS,
     "classifier_pooling": POOLINGS[1:],
     "classifier_dense": CLASSIFIER_DENSE,
+    "conv_activation": CLASSIFIER_DENSE[1:],
 }
 
 
@@ -100,6 +101,12 @@ class EncoderConfig:
     # pre-norm only: normalise the embeddings too, and skip the first block's attention
     # pre-norm, whose input is then already normalised (ModernBERT)
     embedding_norm: bool = False
+    # a convolution over positions after the first layer (DeBERTa-v2 xlarge / xxlarge): 0 = none,
+    # else x_1 = norm(x_1 + act(conv(e))) with e the embeddings (padding zeroed) and a Conv1d of
+    # this odd kernel size, conv_groups groups, F -> F
+    conv_kernel_size: int = 0
+    conv_groups: int = 1
+    conv_activation: str = "tanh"
     # relative position bias: 0 = off, else T5-style bidirectional buckets; one (buckets, H)
     # table, computed once per call and added to every layer's scores (MPNet). softmax only
     relative_attention_buckets: int = 0
@@ -300,6 +307,16 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           f"with pooling={cfg.pooling!r} leave it at 'relu'")
     if cfg.classifier_norm and cfg.classifier_dense == "none":
         raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
+    if cfg.conv_kernel_size < 0 or (cfg.conv_kernel_size and cfg.conv_kernel_size % 2 == 0):
+        raise ConfigError(f"conv_kernel_size={cfg.conv_kernel_size} must be 0 (none) or odd: the convolution keeps "
+                          "the sequence length with (k - 1) / 2 positions of padding on each side")
+    if cfg.conv_groups < 1 or cfg.hidden_size % cfg.conv_groups:
+        raise ConfigError(f"conv_groups={cfg.conv_groups} must be >= 1 and divide hidden_size={cfg.hidden_size}")
+    if not cfg.conv_kernel_size and (cfg.conv_groups != 1 or cfg.conv_activation != "tanh"):
+        raise ConfigError("conv_groups and conv_activation shape the convolution; with conv_kernel_size=0 there is "
+                          "none: set conv_kernel_size, or leave them at their defaults")
+    if cfg.conv_kernel_size and cfg.causal:
+        raise ConfigError("conv_kernel_size reads positions on both sides; causal=True allows only earlier ones")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
     if cfg.relative_attention_buckets:

@@ -55,6 +55,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "norms": norms,
         # DeBERTa's relative table (2S, F) and its norm, shared by every layer
         "disentangled_positions": (2 * cfg.disentangled_buckets * F + _norm_params(cfg)) if cfg.disentangled_buckets else 0,
+        # DeBERTa-v2's convolution after the first layer: (F, F / groups, k) + bias, and its norm
+        "convolution": (F * F // cfg.conv_groups * cfg.conv_kernel_size + F + _norm_params(cfg)) if cfg.conv_kernel_size else 0,
         "sentence_dense": cfg.sentence_dense_size * (F + (1 if cfg.sentence_dense_bias else 0)),
         "classifier": (cfg.classifier_labels * (F + 1)
                        + (F * (F + 1) if cfg.classifier_labels and cfg.classifier_dense != "none" else 0)
@@ -82,6 +84,8 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     if cfg.disentangled_buckets:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
         s = cfg.disentangled_buckets
         flops["disentangled_positions"] = L * (8 * s * F * A + 8 * n * s * A)
+    if cfg.conv_kernel_size:  # n outputs of F, each k F / groups multiply-adds
+        flops["convolution"] = 2 * n * F * F // cfg.conv_groups * cfg.conv_kernel_size
     if cfg.classifier_labels:  # the head's Dense (F x F) and classifier (F x L), per token or once
         vectors = n if cfg.classifier_per_token else 1
         flops["classifier"] = vectors * 2 * F * (cfg.classifier_labels + (F if cfg.classifier_dense != "none" else 0))

@@ -34,6 +34,7 @@ def chunkable(cfg) -> str | None:
         (cfg.pooling in SUPPORTED_POOLING, f"pooling={cfg.pooling!r}"),
         (not cfg.sentence_dense_size, "a Dense head on the sentence embedding"),
         (not cfg.classifier_labels, "a classifier head"),
+        (not cfg.conv_kernel_size, "a convolution after the first layer"),
         (not cfg.attention_head_size, "an attention_head_size other than hidden_size / num_heads"),
     ]
     for ok, what in checks:

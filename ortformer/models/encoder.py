@@ -55,6 +55,7 @@ class Encoder(nn.Module):
       e = tokens + types + positions                       (B, N, E)
       e = norm(e) when post-norm; embed_norm(e) when embedding_norm (pre-norm)
       x = project(e) when embedding_size is set (E -> F, ELECTRA), else e
+    With conv_kernel_size, after the first block x = norm(x + act(conv(e))) (DeBERTa-v2 xlarge).
     """
 
     def __init__(self, cfg: EncoderConfig):
@@ -78,6 +79,11 @@ class Encoder(nn.Module):
         self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local) if cfg.rotary_theta_local else None
         # DeBERTa's relative table, normed once per call and projected by every layer
         self.disentangled = DisentangledPositions(cfg) if cfg.disentangled_buckets else None
+        # DeBERTa-v2's convolution after the first layer, over the (masked) embeddings
+        k = cfg.conv_kernel_size
+        self.conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=(k - 1) // 2, groups=cfg.conv_groups) if k else None
+        self.conv_activation = make_activation(cfg.conv_activation)
+        self.conv_norm = make_norm(cfg) if k else None
         self.sentence_dense = (nn.Linear(cfg.hidden_size, cfg.sentence_dense_size, bias=cfg.sentence_dense_bias)
                                if cfg.sentence_dense_size else None)
         self.sentence_activation = make_activation(cfg.sentence_dense_activation)
@@ -111,11 +117,14 @@ class Encoder(nn.Module):
             # masked_fill, not add: lowest + a negative bias would overflow to -inf in float16
             local_bias = window if relative is None else relative.masked_fill(window < 0, torch.finfo(x.dtype).min)
             local_rotary = self.rotary_local(n, x.device) if self.rotary_local is not None else rotary
+        embedded = x  # (B, N, F), the convolution's input
         for l, block in enumerate(self.blocks):
             if l in self.local_layers:
                 x = block(x, key_mask, local_bias, local_rotary)
             else:
                 x = block(x, key_mask, relative, rotary, disentangled)
+            if l == 0 and self.conv is not None:
+                x = self.convolve(x, embedded, key_mask)
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
@@ -130,6 +139,13 @@ class Encoder(nn.Module):
         if cfg.pooling != "none":
             outputs["sentence_embedding"] = normalized(pooled) if cfg.normalize_embeddings else pooled
         return {name: outputs[name] for name in ("last_hidden_state", "sentence_embedding", "logits") if name in outputs}
+
+    def convolve(self, x: torch.Tensor, embedded: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """norm(x + act(m * conv(m * e))) (B, N, F): padding reads as zeros on both sides, so a
+        token's result does not depend on the padding around it."""
+        keep = key_mask[:, :, None].to(x.dtype)  # (B, N, 1)
+        c = self.conv((embedded * keep).transpose(1, 2)).transpose(1, 2) * keep  # (B, N, F)
+        return self.conv_norm(x + self.conv_activation(c))
 
     def classify(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         """logits (B, N, L) per token or (B, L) per sequence from x (B, N, F)."""

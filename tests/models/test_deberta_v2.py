@@ -53,6 +53,18 @@ def test_mean_sentence_embedding_equals_sentence_transformers(tmp_path):
                                         pooling="mean", normalize=True)
 
 
+@pytest.mark.parametrize("conv", [dict(conv_kernel_size=3, conv_act="gelu"),  # deberta-v2-xlarge's
+                                  dict(conv_kernel_size=5, conv_groups=2)])  # transformers' default tanh
+def test_the_convolution_after_the_first_layer_equals_transformers(tmp_path, conv):
+    """DeBERTa-v2 xlarge / xxlarge: x_1 = LN(x_1 + act(conv(embeddings))), eager and ONNX, both paddings."""
+    folder = save_hf(transformers.DebertaV2Model, tiny_config(**conv), tmp_path / "m", seed=5)
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    cfg = loaded.config
+    assert (cfg.conv_kernel_size, cfg.conv_groups) == (conv["conv_kernel_size"], conv.get("conv_groups", 1))
+    assert cfg.conv_activation == ("gelu" if "conv_act" in conv else "tanh")
+    assert assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), path, pad_id=0) >= 12
+
+
 def test_more_buckets_than_positions_uses_exact_buckets_only(tmp_path):
     # 256 buckets (mid 128) over 64 positions: every distance is exact, the log part never runs
     folder = save_hf(transformers.DebertaV2Model, tiny_config(position_buckets=256), tmp_path / "m", seed=3)
@@ -101,7 +113,8 @@ def test_log_buckets_equal_transformers():
     ({"share_att_key": False}, "share_att_key=False is not supported"),
     ({"norm_rel_ebd": "none"}, "norm_rel_ebd='none' is not supported"),
     ({"position_buckets": -1}, "position_buckets=-1 is not supported"),
-    ({"conv_kernel_size": 3}, "conv_kernel_size=3 is not supported"),
+    ({"conv_kernel_size": 3, "conv_act": "quick_gelu"}, "conv_act='quick_gelu' is not supported"),
+    ({"conv_kernel_size": 4}, "conv_kernel_size=4 must be 0 \\(none\\) or odd"),
     ({"embedding_size": 16}, "embedding_size=16 != hidden_size=32"),
     ({"model_type": "deberta"}, "model_type 'deberta' is not supported"),
     ({"pos_att_type": 5}, "pos_att_type=5 must be a list"),

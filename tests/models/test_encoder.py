@@ -34,6 +34,9 @@ def variants():
         combos.append({**base, **extra, "local_window": 2, "global_every": 3, "num_layers": 3})
     # rotary positions, for every attention kind in both norm positions
     combos += [{**base, "positions": "rotary"} for base in combos[8:16]]
+    # DeBERTa-v2's convolution after the first layer, softmax and linear
+    combos += [{**combos[0], "conv_kernel_size": 3, "conv_activation": "gelu"},
+               {**combos[1], "conv_kernel_size": 5, "conv_groups": 2}]
     return combos
 
 
@@ -162,7 +165,7 @@ def test_seed_makes_weights_reproducible():
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
 
 
-@pytest.mark.parametrize("overrides", VARIANTS[:12], ids=IDS[:12])
+@pytest.mark.parametrize("overrides", VARIANTS[:12] + VARIANTS[-2:], ids=IDS[:12] + IDS[-2:])
 def test_parameter_count_matches_the_module(overrides):
     cfg = preset("tiny", **overrides)
     assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())

@@ -13,9 +13,10 @@ appear once per term), which is exact up to rounding. (Without relative attentio
 transformers still divides by sqrt(D (1 + #pos_att_type terms)); the fold follows it.) Absolute positions are added only
 with position_biased_input (v2); v3 has none.
 
-Refused: other pos_att_type sets, share_att_key=false, a relative table without its
-LayerNorm, a conv layer (conv_kernel_size), embedding_size != hidden_size (a bias-free
-projection) and attention_head_size != hidden / heads.
+The ConvLayer after the first layer (conv_kernel_size, xlarge and xxlarge) is EncoderConfig's
+conv_kernel_size / conv_groups / conv_activation. Refused: other pos_att_type sets,
+share_att_key=false, a relative table without its LayerNorm, embedding_size != hidden_size (a
+bias-free projection) and attention_head_size != hidden / heads.
 """
 from __future__ import annotations
 
@@ -63,9 +64,7 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
     if hf.get("embedding_size", f) != f:
         raise CheckpointError(f"{WHAT}config.json embedding_size={hf['embedding_size']} != hidden_size={f} is not "
                               "supported (a bias-free embedding projection)")
-    if hf.get("conv_kernel_size", 0):
-        raise CheckpointError(f"{WHAT}config.json conv_kernel_size={hf['conv_kernel_size']} is not supported; "
-                              "ortformer implements DeBERTa without the convolution after the first layer")
+    conv = _convolution(hf)
     buckets, max_distance = 0, 512
     if hf.get("relative_attention", False):
         if _terms(hf) != TERMS:
@@ -91,7 +90,20 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
         norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
         positions="learned" if learned else "none", max_positions=hf["max_position_embeddings"],
         type_vocab_size=hf.get("type_vocab_size", 0), norm_eps=hf.get("layer_norm_eps", 1e-7),
-        disentangled_buckets=buckets, disentangled_max_distance=max_distance, **common)
+        disentangled_buckets=buckets, disentangled_max_distance=max_distance, **conv, **common)
+
+
+def _convolution(hf: dict) -> dict:
+    """The EncoderConfig fields of the ConvLayer after the first layer (xlarge, xxlarge)."""
+    kernel = hf.get("conv_kernel_size", 0) or 0
+    if not kernel:
+        return {}
+    act = hf.get("conv_act", "tanh")
+    ours = "tanh" if act == "tanh" else ACTIVATIONS.get(act) if isinstance(act, str) else None
+    if ours is None:
+        raise CheckpointError(f"{WHAT}config.json conv_act={act!r} is not supported; "
+                              f"ortformer implements tanh, {', '.join(sorted(ACTIVATIONS))}")
+    return {"conv_kernel_size": kernel, "conv_groups": hf.get("conv_groups", 1), "conv_activation": ours}
 
 
 def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
@@ -106,6 +118,9 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     if cfg.disentangled_buckets:
         out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
         out["encoder.LayerNorm.weight"] = out["encoder.LayerNorm.bias"] = (f,)
+    if cfg.conv_kernel_size:
+        out["encoder.conv.conv.weight"] = (f, f // cfg.conv_groups, cfg.conv_kernel_size)
+        out["encoder.conv.conv.bias"] = out["encoder.conv.LayerNorm.weight"] = out["encoder.conv.LayerNorm.bias"] = (f,)
     linears = {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
                "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
                "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
@@ -137,6 +152,10 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
         out["disentangled.table.weight"] = kept["encoder.rel_embeddings.weight"]
         out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
         out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
+    if cfg.conv_kernel_size:
+        out.update({"conv.weight": kept["encoder.conv.conv.weight"], "conv.bias": kept["encoder.conv.conv.bias"],
+                    "conv_norm.weight": kept["encoder.conv.LayerNorm.weight"],
+                    "conv_norm.bias": kept["encoder.conv.LayerNorm.bias"]})
     qkv = ("attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj")
     out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, scale))
     return out, dropped
