@@ -66,6 +66,8 @@ def test_memory_is_checked_before_allocating(tokens_model, monkeypatch):
     for flag, value in (("--vocab", "1000000000000"), ("--max-positions", "100000000")):
         message = fail("export", "--preset", "tiny", flag, value, "-o", "never.onnx")
         assert "memory" in message and "GiB" in message
+    message = fail("export", "--preset", "bert-large", "--layers", 500, "-o", "never.onnx")
+    assert "a 500-layer encoder of width 1024" in message and "fewer layers" in message
     message = fail("profile", tokens_model, "--batch", "100000", "--sequence", "64", "--provider", "cpu")
     assert "memory" in message and "GiB" in message
 

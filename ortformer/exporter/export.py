@@ -190,9 +190,10 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
                           "fused_ops=False promises standard ONNX ops only: drop one of the two")
     precision = quantize or dtype
     if isinstance(model_or_config, EncoderConfig):  # before torch allocates the weights
-        cost.check_fits(cost.parameter_bytes(model_or_config), f"exporting {model_or_config.name!r} "
-                        f"({parameter_count(model_or_config):,} parameters)",
-                        "choose a smaller vocab_size, max_positions or hidden size")
+        cfg = model_or_config
+        cost.check_fits(cost.parameter_bytes(cfg), f"exporting a {cfg.num_layers}-layer encoder of width "
+                        f"{cfg.hidden_size} ({parameter_count(cfg):,} parameters)",
+                        "choose fewer layers or a smaller hidden size, ffn size, vocab_size or max_positions")
     model, default_source = _resolve(model_or_config, seed)
     cfg = model.config
     if cfg.max_sequence < 2:
