@@ -218,6 +218,10 @@ def test_info_text(tokens_model):
                      f"parameters  {parameter_count(Runtime(tokens_model, 'cpu').config):,}",
                      "parity      skipped", f"usable here: {usable}", "random-init:seed=0"):
         assert fragment in text, text
+    cfg = Runtime(tokens_model, "cpu").config
+    assert "the model takes at most" not in text
+    beyond = invoke("info", tokens_model, "--sequence-length", cfg.max_sequence + 1).stdout
+    assert f"per sequence of {cfg.max_sequence + 1} tokens; the model takes at most {cfg.max_sequence}" in beyond
 
 
 def test_info_counts_the_tokenizer_file_as_export_does(tmp_path):

@@ -391,7 +391,10 @@ def info(ctx, model, as_json, sequence_length):
     for part, count in parts.items():
         click.echo(f"  {part:<20} {count:>14,}")
     flops = {k: v for k, v in report["flops"].items() if k not in ("sequence_length", "total")}
-    click.echo(f"flops       {report['flops']['total']:,} per sequence of {report['flops']['sequence_length']} tokens "
+    n = report["flops"]["sequence_length"]
+    beyond = (f"; the model takes at most {config['max_positions'] - config['position_offset']}"
+              if config["positions"] == "learned" and n > config["max_positions"] - config["position_offset"] else "")
+    click.echo(f"flops       {report['flops']['total']:,} per sequence of {n} tokens{beyond} "
                f"({', '.join(f'{k} {v:,}' for k, v in flops.items())})")
     click.echo(f"parity      {format_report(report['parity'])}")
     if report.get("int8") is not None:
