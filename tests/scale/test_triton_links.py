@@ -52,7 +52,9 @@ def test_a_hard_linked_tokenizer_is_not_laundered(tiny, tmp_path):
         write_triton_repo(tiny, tmp_path / "repo", name="m")
 
 
-def test_a_missing_tokenizer_is_an_error(tiny, tmp_path):
+def test_a_missing_tokenizer_is_warned_about_and_the_entry_serves_ids(tiny, tmp_path):
+    """The .onnx copied without its tokenizer still serves token ids (as Runtime opens it)."""
     (tiny.parent / "tokenizer.json").unlink()
-    with pytest.raises(ModelFileError, match="missing"):
-        write_triton_repo(tiny, tmp_path / "repo", name="m")
+    with pytest.warns(UserWarning, match="tokenizer 'tokenizer.json' is missing; the entry serves token ids"):
+        entry = write_triton_repo(tiny, tmp_path / "repo", name="m")
+    assert sorted(p.name for p in entry.rglob("*")) == ["1", "config.pbtxt", "model.onnx"]
