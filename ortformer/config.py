@@ -103,9 +103,11 @@ class EncoderConfig:
     embedding_norm: bool = False
     # a convolution over positions after the first layer (DeBERTa-v2 xlarge / xxlarge): 0 = none,
     # else x_1 = norm(x_1 + act(conv(e))) with e the embeddings (padding zeroed) and a Conv1d of
-    # this odd kernel size, conv_groups groups, F -> F
+    # this odd kernel size, F -> F
     conv_kernel_size: int = 0
+    # the convolution's groups (its weight is F x F / groups x k)
     conv_groups: int = 1
+    # act of the convolution (DeBERTa's conv_act; transformers' default is tanh)
     conv_activation: str = "tanh"
     # relative position bias: 0 = off, else T5-style bidirectional buckets; one (buckets, H)
     # table, computed once per call and added to every layer's scores (MPNet). softmax only
