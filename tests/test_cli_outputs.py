@@ -163,7 +163,7 @@ def test_optimize_never_writes_over_its_models_tokenizer_and_takes_a_model_witho
                                                             "--force")
     assert (tmp_path / "tokenizer.json").read_bytes() == before
     (tmp_path / "tokenizer.json").unlink()  # the .onnx copied alone still serves ids: it optimizes too
-    invoke("optimize", model, "-o", tmp_path / "o.onnx")
+    assert "is missing; the optimized copy takes token ids only" in invoke("optimize", model, "-o", tmp_path / "o.onnx").stderr
     assert not (tmp_path / "o.tokenizer.json").exists()
 
 

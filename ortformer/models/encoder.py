@@ -128,17 +128,18 @@ class Encoder(nn.Module):
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
-        if self.classifier is not None:
-            outputs["logits"] = self.classify(x, key_mask)
+        logits = self.classify(x, key_mask) if self.classifier is not None else None
         if cfg.sparse:
-            pooled = splade_pool(outputs["logits"], key_mask, cfg.pooling, cfg.splade_activation)  # (B, V)
+            pooled = splade_pool(logits, key_mask, cfg.pooling, cfg.splade_activation)  # (B, V)
         elif cfg.pooling != "none":
             pooled = pool(x, key_mask, cfg.pooling)  # (B, F)
             if self.sentence_dense is not None:
                 pooled = self.sentence_activation(self.sentence_dense(pooled))  # (B, S)
         if cfg.pooling != "none":
             outputs["sentence_embedding"] = normalized(pooled) if cfg.normalize_embeddings else pooled
-        return {name: outputs[name] for name in ("last_hidden_state", "sentence_embedding", "logits") if name in outputs}
+        if logits is not None:
+            outputs["logits"] = logits
+        return outputs
 
     def convolve(self, x: torch.Tensor, embedded: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         """norm(x + act(m * conv(m * e))) (B, N, F): padding reads as zeros on both sides, so a

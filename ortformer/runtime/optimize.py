@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,9 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     # the tokenizer travels with the copy, as export writes it: <stem>.tokenizer.json beside the model
     tokenizer_dest = None
     if tokenizer is None:
-        metadata.pop(contract.META_TOKENIZER, None)
+        if metadata.pop(contract.META_TOKENIZER, None):  # copied alone: the copy serves token ids, as the model does
+            warnings.warn(f"{path}: its tokenizer {source.metadata[contract.META_TOKENIZER]!r} is missing; the "
+                          "optimized copy takes token ids only", stacklevel=2)
     else:
         metadata[contract.META_TOKENIZER] = f"{out.stem}.tokenizer.json"
         tokenizer_dest = out.absolute().parent / metadata[contract.META_TOKENIZER]
