@@ -224,8 +224,9 @@ class Runtime:
                     pairs: Sequence[str] | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
-        Returns what ``embed`` returns: a classifier's logits by default, else (n, S) sentence
-        embeddings when the model pools (S = config.sentence_size).
+        Returns what ``embed`` returns, by default (``select_output``) a classifier's logits,
+        else (n, S) sentence embeddings when the model pools (S = config.sentence_size; a SPLADE
+        model's vocabulary weights).
         max_length defaults to ``text_max_length``. prompt_name: one of ``prompts``, whose
         text is prepended to every input as sentence-transformers does; None uses
         ``default_prompt`` (if any), "" uses no prompt. pairs: a second text for each text,

@@ -28,6 +28,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
+from .activations import head_activation
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
 
 WHAT = "DeBERTa-v2 "
@@ -98,12 +99,8 @@ def _convolution(hf: dict) -> dict:
     kernel = hf.get("conv_kernel_size", 0) or 0
     if not kernel:
         return {}
-    act = hf.get("conv_act", "tanh")
-    ours = "tanh" if act == "tanh" else ACTIVATIONS.get(act) if isinstance(act, str) else None
-    if ours is None:
-        raise CheckpointError(f"{WHAT}config.json conv_act={act!r} is not supported; "
-                              f"ortformer implements tanh, {', '.join(sorted(ACTIVATIONS))}")
-    return {"conv_kernel_size": kernel, "conv_groups": hf.get("conv_groups", 1), "conv_activation": ours}
+    act = head_activation(hf.get("conv_act", "tanh"), "conv_act", WHAT.strip())
+    return {"conv_kernel_size": kernel, "conv_groups": hf.get("conv_groups", 1), "conv_activation": act}
 
 
 def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:

@@ -121,8 +121,9 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
     """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs."""
     prompts, default = read_prompts(folder)
     modules = _modules(folder)
+    st_config = _transformer_settings(folder)
     if not modules:  # a plain transformers folder: its tokenizer's model_max_length still truncates
-        max_len, lowercase = _text_settings(folder)
+        max_len, lowercase = _text_settings(folder, *st_config)
         return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default)
     kinds = [_module_kind(m) for m in modules]
     unsupported = [k for k in kinds if k not in ST_SUPPORTED]
@@ -132,7 +133,7 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
     _check_module_order(folder, kinds)
-    _check_transformer_task(folder, kinds)
+    _check_transformer_task(folder, kinds, st_config[1])
     pooling, dense, splade_activation = None, None, "relu"
     for module, kind in zip(modules, kinds):
         if kind == "Pooling":
@@ -141,18 +142,16 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             pooling, splade_activation = _splade_mode(_module_dir(folder, module) / "config.json")
         elif kind == "Dense":
             dense = _dense_head(_module_dir(folder, module))
-    max_len, lowercase = _text_settings(folder)
+    max_len, lowercase = _text_settings(folder, *st_config)
     return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default, dense,
                           splade_activation)
 
 
-def _check_transformer_task(folder: Path, kinds: list[str]) -> None:
+def _check_transformer_task(folder: Path, kinds: list[str], settings: dict) -> None:
     """A fill-mask Transformer (or the older MLMTransformer) hands its modules vocabulary logits,
-    which ortformer pools only with SpladePooling; SpladePooling pools nothing else."""
-    module = transformer_dir(folder)
-    config = next((d / "sentence_bert_config.json" for d in (module, folder)
-                   if (d / "sentence_bert_config.json").is_file()), None)
-    task = "fill-mask" if "MLMTransformer" in kinds else (read_json(config) if config else {}).get("transformer_task")
+    which ortformer pools only with SpladePooling; SpladePooling pools nothing else.
+    settings: the Transformer module's sentence_bert_config.json."""
+    task = "fill-mask" if "MLMTransformer" in kinds else settings.get("transformer_task")
     if (task == "fill-mask") != ("SpladePooling" in kinds):
         raise CheckpointError(
             f"{folder / 'modules.json'}: modules {kinds} with transformer_task={task!r}; ortformer pools a "
@@ -171,16 +170,21 @@ def _splade_mode(path: Path) -> tuple[str, str]:
     return f"splade_{strategy}", activation
 
 
-def _text_settings(folder: Path) -> tuple[int | None, bool]:
+def _transformer_settings(folder: Path) -> tuple[Path | None, dict]:
+    """(path, contents) of the Transformer module's sentence_bert_config.json (the module's
+    folder first, then the root); (None, {}) without one."""
+    st_config = next((d / "sentence_bert_config.json" for d in (transformer_dir(folder), folder)
+                      if (d / "sentence_bert_config.json").is_file()), None)
+    return st_config, read_json(st_config) if st_config else {}
+
+
+def _text_settings(folder: Path, st_config: Path | None, settings: dict) -> tuple[int | None, bool]:
     """(max_seq_length, do_lower_case) as sentence-transformers' Transformer module reads them.
 
-    Its sentence_bert_config.json (the module's folder first, then the root) holds both; without
-    a max_seq_length (sentence-transformers >= 6 saves none) the tokenizer_config.json's
+    Its sentence_bert_config.json (``st_config``, read as ``settings``) holds both; without a
+    max_seq_length (sentence-transformers >= 6 saves none) the tokenizer_config.json's
     model_max_length applies."""
     module = transformer_dir(folder)
-    st_config = next((d / "sentence_bert_config.json" for d in (module, folder)
-                      if (d / "sentence_bert_config.json").is_file()), None)
-    settings = read_json(st_config) if st_config else {}
     max_len, lowercase = settings.get("max_seq_length"), settings.get("do_lower_case", False)
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise CheckpointError(f"{st_config}: max_seq_length={max_len!r} must be a positive int")
@@ -331,10 +335,9 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
     if classifier is not None:
-        head_raw = mlm_inputs(classifier, raw, mapped.get("tokens.weight")) if sparse else raw
+        head_raw, aliased = mlm_inputs(classifier, raw, mapped.get("tokens.weight")) if sparse else (raw, set())
         head_tensors, used = classifier.tensors(head_raw, cfg.hidden_size, cfg.bias, str(weights))
-        used |= {classifier.tied} if sparse and classifier.tied in raw else set()
-        mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used]
+        mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used | aliased]
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
     files = [weights]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ...errors import CheckpointError
 from ..weights import Tensors
-from .activations import ACTIVATIONS
+from .activations import head_activation
 
 
 @dataclass(frozen=True)
@@ -123,29 +123,27 @@ def mlm_head(hf: dict, model_type: str, what: str) -> ClassifierHead:
         layout = HeadLayout(layout.dense, decoder, layout.activation, norm, dense_bias_optional=True)
     else:
         # BERT's transform uses hidden_act, DistilBERT's its activation, RoBERTa's lm_head always gelu
-        act = {"bert": hf.get("hidden_act", "gelu"), "distilbert": hf.get("activation", "gelu")}.get(model_type, "gelu")
-        ours = ACTIVATIONS.get(act) if isinstance(act, str) else None
-        if ours not in ("relu", "gelu", "gelu_tanh", "silu"):
-            raise CheckpointError(f"{what} config.json activation {act!r} of the masked-LM head is not supported; "
-                                  f"ortformer implements {', '.join(sorted(ACTIVATIONS))}")
-        layout = HeadLayout(dense, decoder, ours, norm)
+        key = {"bert": "hidden_act", "distilbert": "activation"}.get(model_type)
+        act = head_activation(hf.get(key, "gelu") if key else "gelu", key, what)
+        layout = HeadLayout(dense, decoder, act, norm)
     vocab = hf.get("vocab_size")
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
         raise CheckpointError(f"{what} config.json vocab_size={vocab!r} must be an int >= 1")
     return ClassifierHead(True, layout, (), width=vocab, kind="masked-LM", tied=bias)
 
 
-def mlm_inputs(head: ClassifierHead, raw: Tensors, token_table) -> Tensors:
-    """``raw`` with the decoder's weight and bias under the names ClassifierHead.tensors reads:
-    a decoder tied to the token embeddings is saved without its weight, and some saves name the
-    bias after the head (BERT's cls.predictions.bias) rather than the decoder."""
+def mlm_inputs(head: ClassifierHead, raw: Tensors, token_table) -> tuple[Tensors, set[str]]:
+    """``raw`` with the decoder's weight and bias under the names ClassifierHead.tensors reads,
+    and the raw names read under another name: a decoder tied to the token embeddings is saved
+    without its weight, and some saves name the bias after the head (BERT's
+    cls.predictions.bias) rather than the decoder."""
     out = head.layout.out
     filled = dict(raw)
     if f"{out}.weight" not in raw and token_table is not None:
         filled[f"{out}.weight"] = token_table
-    if f"{out}.bias" not in raw and head.tied and head.tied in raw:
+    if head.tied in raw and f"{out}.bias" not in raw:
         filled[f"{out}.bias"] = raw[head.tied]
-    return filled
+    return filled, {head.tied} & set(raw)
 
 
 def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | None:
@@ -164,11 +162,7 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     if model_type == "modernbert":
         layout = _modernbert_head(hf, what, per_token)
     elif model_type == "deberta-v2" and not per_token:
-        act = hf.get("pooler_hidden_act", "gelu")
-        act = ACTIVATIONS.get(act, act) if isinstance(act, str) else act  # gelu_new -> gelu_tanh, ...
-        if act not in ("gelu", "gelu_tanh", "tanh", "relu", "silu"):
-            raise CheckpointError(f"{what} config.json pooler_hidden_act={hf.get('pooler_hidden_act')!r} is not "
-                                  f"supported; ortformer implements {', '.join(sorted({*ACTIVATIONS, 'tanh'}))}")
+        act = head_activation(hf.get("pooler_hidden_act", "gelu"), "pooler_hidden_act", what)  # gelu_new -> gelu_tanh
         if hf.get("pooler_hidden_size", hf.get("hidden_size")) != hf.get("hidden_size"):
             raise CheckpointError(f"{what} config.json pooler_hidden_size={hf.get('pooler_hidden_size')!r} differs "
                                   f"from hidden_size={hf.get('hidden_size')!r}; ortformer's head keeps the width")
@@ -178,11 +172,7 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
 
 def _modernbert_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
     """ModernBERT's prediction head, per token or on the pooled vector: norm(act(W v))."""
-    act = hf.get("classifier_activation", "gelu")
-    ours = ACTIVATIONS.get(act, act) if isinstance(act, str) else None
-    if ours not in ("tanh", "relu", "gelu", "gelu_tanh", "silu"):
-        raise CheckpointError(f"{what} config.json classifier_activation={act!r} is not supported; "
-                              f"ortformer implements {', '.join(sorted({*ACTIVATIONS, 'tanh'}))}")
+    ours = head_activation(hf.get("classifier_activation", "gelu"), "classifier_activation", what)
     pooling = "cls" if per_token else hf.get("classifier_pooling", "cls")  # a per-token head pools nothing
     if pooling not in ("cls", "mean"):
         raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; valid: 'cls', 'mean'")

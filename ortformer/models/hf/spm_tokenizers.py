@@ -178,12 +178,17 @@ def _metaspace(prepend: str):
         decoders.Metaspace(replacement="▁", prepend_scheme=prepend)
 
 
-def _charsmap_and_words(tokenizer, model: SpmModel, prepend: str) -> None:
-    """XLM-R's and T5's front end: the model's precompiled character map, then words split at
-    whitespace, each marked with "▁" (Metaspace)."""
+def _charsmap_and_words(tokenizer, model: SpmModel, prepend: str, first=()) -> None:
+    """XLM-R's, CamemBERT's, ALBERT's and T5's front end: the model's precompiled character map
+    (after ``first``, ALBERT's own normalizers), then words split at whitespace, each marked with
+    "▁" (Metaspace)."""
     from tokenizers import normalizers, pre_tokenizers
 
-    tokenizer.normalizer = normalizers.Precompiled(model.charsmap) if model.charsmap else None
+    charsmap = [normalizers.Precompiled(model.charsmap)] if model.charsmap else []
+    if first:
+        tokenizer.normalizer = normalizers.Sequence([*first, *charsmap])
+    else:
+        tokenizer.normalizer = charsmap[0] if charsmap else None
     metaspace, tokenizer.decoder = _metaspace(prepend)
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
 
@@ -278,9 +283,7 @@ def albert_tokenizer(folder: Path):
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     steps += [] if s["keep_accents"] else [normalizers.NFKD(), normalizers.StripAccents()]
     steps += [normalizers.Lowercase()] if s["do_lower_case"] else []
-    steps += [normalizers.Precompiled(model.charsmap)] if model.charsmap else []
-    _charsmap_and_words(tokenizer, model, "always" if s["add_prefix_space"] else "never")
-    tokenizer.normalizer = normalizers.Sequence(steps)
+    _charsmap_and_words(tokenizer, model, "always" if s["add_prefix_space"] else "never", first=steps)
     tokenizer.post_processor = cls_sep_template(s["cls_token"], s["sep_token"], ids)
     _piece_tokens(tokenizer, model)
     add_specials(tokenizer, s, ALBERT_SPECIALS, ids)
