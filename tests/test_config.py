@@ -101,3 +101,18 @@ def test_flops_are_quadratic_for_softmax_and_linear_for_the_linear_family():
 def test_config_and_cost_import_without_torch():
     code = "import sys, ortformer, ortformer.config, ortformer.cost, ortformer.contract; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"conv_kernel_size": 4}, "conv_kernel_size=4 must be 0 \\(none\\) or odd"),
+    ({"conv_kernel_size": -1}, "conv_kernel_size=-1 must be 0 \\(none\\) or odd"),
+    ({"conv_kernel_size": 3, "conv_groups": 5}, "conv_groups=5 must be >= 1 and divide hidden_size"),
+    ({"conv_groups": 2}, "conv_groups and conv_activation shape the convolution; with conv_kernel_size=0"),
+    ({"conv_activation": "gelu"}, "conv_groups and conv_activation shape the convolution"),
+    ({"conv_kernel_size": 3, "causal": True}, "reads positions on both sides; causal=True"),
+    ({"conv_kernel_size": 3, "conv_activation": "sigmoid"}, "conv_activation='sigmoid' is not valid"),
+])
+def test_convolution_fields_that_cannot_work_are_refused_by_name(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        preset("tiny", **changes)
+    assert preset("tiny", conv_kernel_size=3, conv_groups=4, conv_activation="gelu").conv_kernel_size == 3
