@@ -30,6 +30,8 @@ DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
 # classifier head: "none" = logits = W p + b; else a hidden Dense with this act first
 # (BERT's pooler and RoBERTa's head: tanh; DistilBERT: relu; ELECTRA, DeBERTa: gelu)
 CLASSIFIER_DENSE = ("none", "tanh", "relu", "gelu", "gelu_tanh", "silu")
+# how disentangled attention projects its relative table: each layer's W_Q, W_K, or a pair of its own
+DISENTANGLED_PROJECTIONS = ("shared", "separate")
 # which attention kinds each variant works with, and why the others cannot
 SOFTMAX_ONLY = ("relative_attention_buckets", "local_window", "disentangled_buckets")
 
@@ -46,6 +48,7 @@ _CHOICES = {
     "classifier_pooling": POOLINGS[1:],
     "classifier_dense": CLASSIFIER_DENSE,
     "conv_activation": CLASSIFIER_DENSE[1:],
+    "disentangled_projections": DISENTANGLED_PROJECTIONS,
 }
 
 
@@ -114,13 +117,19 @@ class EncoderConfig:
     relative_attention_buckets: int = 0
     # distance beyond which relative positions share the last logarithmic bucket
     relative_attention_max_distance: int = 128
-    # disentangled relative attention (DeBERTa-v2/v3): 0 = off, else S log buckets of i - j
-    # (2S rows of a normed relative table R shared by every layer, projected by each layer's
-    # own W_Q, W_K) and scores (q_i k_j + q_i (W_K R)[I_ij] + k_j (W_Q R)[I_ij]) / sqrt(D),
+    # disentangled relative attention (DeBERTa): 0 = off, else S buckets of i - j per direction
+    # (2S rows of a relative table R shared by every layer, projected to position queries and
+    # keys in each layer) and scores (q_i k_j + q_i (W_K R)[I_ij] + k_j (W_Q R)[I_ij]) / sqrt(D),
     # I_ij = clamp(bucket(i - j) + S, 0, 2S - 1). softmax only
     disentangled_buckets: int = 0
-    # distance where the disentangled buckets reach their last (logarithmic) bucket
+    # distance where the disentangled buckets reach their last (logarithmic) bucket; 0: no
+    # log buckets, I_ij = clamp(i - j + S, 0, 2S - 1) (DeBERTa v1, DeBERTa-v2 without position_buckets)
     disentangled_max_distance: int = 512
+    # how R becomes position keys and queries: "shared" = each layer's own W_Q, W_K (DeBERTa-v2's
+    # share_att_key); "separate" = a position Linear pair per layer, F -> 2A (DeBERTa v1's pos_q_proj, pos_proj)
+    disentangled_projections: str = "shared"
+    # normalise the relative table R (DeBERTa-v2's norm_rel_ebd); v1 reads it as stored
+    disentangled_norm: bool = True
     # sliding-window attention: 0 = every layer global; else local layers attend to keys with
     # |i - j| <= local_window // 2 (ModernBERT's local_attention). softmax only
     local_window: int = 0
@@ -267,7 +276,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
                  "sentence_dense_size", "disentangled_buckets"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 0")
-    for name in ("global_every", "relative_attention_max_distance", "disentangled_max_distance"):
+    if cfg.disentangled_max_distance < 0:
+        raise ConfigError(f"disentangled_max_distance={cfg.disentangled_max_distance} must be >= 0 (0: no log buckets)")
+    for name in ("global_every", "relative_attention_max_distance"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
     for name in ("rotary_theta", "rotary_theta_local"):
@@ -334,7 +345,7 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.disentangled_buckets:
         # the logarithmic buckets need max_distance > mid + 1; a model whose distances all stay
         # below mid = buckets // 2 only ever uses the exact ones
-        log_needed = cfg.max_positions - 1 > cfg.disentangled_buckets // 2
+        log_needed = cfg.max_positions - 1 > cfg.disentangled_buckets // 2 and cfg.disentangled_max_distance
         if cfg.disentangled_buckets < 2 or (log_needed and cfg.disentangled_max_distance <= cfg.disentangled_buckets // 2 + 1):
             raise ConfigError(f"disentangled_buckets={cfg.disentangled_buckets} needs >= 2 buckets and "
                               f"disentangled_max_distance > buckets // 2 + 1 (got {cfg.disentangled_max_distance}): "
@@ -345,6 +356,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
             if on:
                 raise ConfigError(f"disentangled_buckets with {name} is not implemented: the disentangled "
                                   "attention brings its own relative positions over the whole sequence")
+    elif cfg.disentangled_projections != "shared" or not cfg.disentangled_norm:
+        raise ConfigError("disentangled_projections and disentangled_norm shape disentangled attention; with "
+                          "disentangled_buckets=0 there is none: set disentangled_buckets, or leave them at their defaults")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):

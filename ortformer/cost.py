@@ -8,7 +8,8 @@ D = head size, L = layers:
   up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
 - bias=False: no Linear biases, and LayerNorm keeps only its weight
 - a relative position bias: one buckets x H table
-- disentangled attention: one 2S x F relative table and its norm (S = disentangled_buckets)
+- disentangled attention: one 2S x F relative table and its norm (S = disentangled_buckets),
+  plus per layer a position pair F -> 2A (+ 2A bias) with disentangled_projections="separate"
 - embeddings: vocab x E tokens, max_positions x E learned positions, types x E
   (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
 - a sentence Dense head: F x S weights (+ S bias), S = sentence_dense_size
@@ -54,7 +55,10 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
         # DeBERTa's relative table (2S, F) and its norm, shared by every layer
-        "disentangled_positions": (2 * cfg.disentangled_buckets * F + _norm_params(cfg)) if cfg.disentangled_buckets else 0,
+        "disentangled_positions": (
+            2 * cfg.disentangled_buckets * F + (_norm_params(cfg) if cfg.disentangled_norm else 0)
+            + (L * 2 * cfg.attention_size * (F + 1) if cfg.disentangled_projections == "separate" else 0)
+        ) if cfg.disentangled_buckets else 0,
         # DeBERTa-v2's convolution after the first layer: (F, F / groups, k) + bias, and its norm
         "convolution": (F * F // cfg.conv_groups * cfg.conv_kernel_size + F + _norm_params(cfg)) if cfg.conv_kernel_size else 0,
         "sentence_dense": cfg.sentence_dense_size * (F + (1 if cfg.sentence_dense_bias else 0)),

@@ -144,8 +144,9 @@ def architecture_options(func):
         click.option("--disentangled-buckets", type=click.IntRange(min=0),
                      help="DeBERTa's disentangled relative attention with this many log buckets (e.g. 256); 0 = off. "
                           "Softmax only."),
-        click.option("--disentangled-max-distance", type=click.IntRange(min=1),
-                     help="Distance where the disentangled buckets stop growing (default 512)."),
+        click.option("--disentangled-max-distance", type=click.IntRange(min=0),
+                     help="Distance where the disentangled buckets stop growing (default 512); 0 = plain "
+                          "distances clamped at the bucket count (DeBERTa v1)."),
         click.option("--sentence-dense", type=click.IntRange(min=0),
                      help="A Dense head of this width on the pooled vector, act(W p + b) (LaBSE, distiluse); 0 = none."),
         click.option("--sentence-dense-activation", type=click.Choice(DENSE_ACTIVATIONS),
@@ -163,7 +164,7 @@ def architecture_options(func):
 @click.option("--from", "from_path", type=click.Path(exists=True),
               help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
                    "(bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, modernbert, "
-                   "deberta-v2, t5, mt5).")
+                   "deberta, deberta-v2, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--lowercase-texts/--no-lowercase-texts", default=None,

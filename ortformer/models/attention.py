@@ -243,7 +243,7 @@ class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
     def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True,
-                 causal: bool = False, head_size: int | None = None):
+                 causal: bool = False, head_size: int | None = None, position_projections: bool = False):
         super().__init__()
         self.num_heads = num_heads
         self.eps = eps
@@ -258,6 +258,8 @@ class MultiHeadAttention(nn.Module):
         self.inner = num_heads * head_size if head_size else hidden_size
         self.qkv = nn.Linear(hidden_size, 3 * self.inner, bias=bias)
         self.out = nn.Linear(self.inner, hidden_size, bias=bias)
+        # disentangled attention with projections of its own (DeBERTa v1): rows [position queries; keys]
+        self.positions = nn.Linear(hidden_size, 2 * self.inner) if position_projections else None
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -301,11 +303,15 @@ class MultiHeadAttention(nn.Module):
                           index: torch.Tensor) -> torch.Tensor:
         """(c2p + p2c) / sqrt(D), (B, H, N, N), from q, k (B, N, F), the relative table R (2S, F)
         and I (N, N): c2p[i, j] = q_i . (W_K R + b_K)[I_ij], p2c[i, j] = k_j . (W_Q R + b_Q)[I_ij],
-        per head. R goes through this layer's own Q and K projections (DeBERTa's share_att_key)."""
+        per head. R goes through this layer's own Q and K projections (DeBERTa-v2's share_att_key),
+        or through its position pair when it has one (DeBERTa v1)."""
         b, n, f = q.shape  # f = A
         h = self.num_heads
-        bias = self.qkv.bias[: 2 * f] if self.qkv.bias is not None else None
-        positions = F.linear(table.to(q.dtype), self.qkv.weight[: 2 * f], bias)  # (2S, 2F): [W_Q R | W_K R]
+        if self.positions is not None:
+            positions = self.positions(table.to(q.dtype))  # (2S, 2F): [position queries | keys]
+        else:
+            bias = self.qkv.bias[: 2 * f] if self.qkv.bias is not None else None
+            positions = F.linear(table.to(q.dtype), self.qkv.weight[: 2 * f], bias)  # (2S, 2F): [W_Q R | W_K R]
         pos_q, pos_k = positions.view(-1, 2, h, f // h).permute(1, 2, 0, 3).unbind(0)  # each (H, 2S, D)
         q, k = (t.view(b, n, h, -1).transpose(1, 2) for t in (q, k))  # each (B, H, N, D)
         c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index.expand(b, h, n, n))  # (B, H, N, N)

@@ -207,21 +207,23 @@ def log_bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch
 class DisentangledPositions(nn.Module):
     """The relative table of disentangled attention (DeBERTa-v2/v3), shared by every layer.
 
-    forward(n) -> (R, I): R = norm(table) (2S, F); I (N, N) int64 with
-    I[i, j] = clamp(bucket(i - j) + S, 0, 2S - 1), looked up in a bucket table over
-    every distance the model takes (|i - j| < max_positions), computed once here: no Log
-    runs in the graph.
+    forward(n) -> (R, I): R = norm(table) (2S, F) (the table as stored without
+    disentangled_norm); I (N, N) int64 with I[i, j] = clamp(bucket(i - j) + S, 0, 2S - 1)
+    (bucket(d) = d without log buckets, disentangled_max_distance = 0), looked up in a
+    bucket table over every distance the model takes (|i - j| < max_positions), computed
+    once here: no Log runs in the graph.
     """
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         self.span, self.longest = cfg.disentangled_buckets, cfg.max_positions
         distance = torch.arange(-(self.longest - 1), self.longest)  # (2 max_positions - 1,)
-        buckets = log_bucket(distance, cfg.disentangled_buckets, cfg.disentangled_max_distance)
+        buckets = (log_bucket(distance, cfg.disentangled_buckets, cfg.disentangled_max_distance)
+                   if cfg.disentangled_max_distance else distance)
         index = (buckets + self.span).clamp(0, 2 * self.span - 1)
         self.register_buffer("index_of_distance", index, persistent=False)
         self.table = nn.Embedding(2 * cfg.disentangled_buckets, cfg.hidden_size)
-        self.norm = make_norm(cfg)
+        self.norm = make_norm(cfg) if cfg.disentangled_norm else nn.Identity()
 
     def forward(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         position = torch.arange(n, device=self.table.weight.device)

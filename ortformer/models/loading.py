@@ -16,7 +16,7 @@ from .weights import find_weights, weights_source
 FAMILIES = {
     "bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
     "distilbert": "distilbert", "electra": "electra", "mpnet": "mpnet", "modernbert": "modernbert",
-    "t5": "t5", "mt5": "t5", "albert": "albert", "deberta-v2": "deberta_v2",
+    "t5": "t5", "mt5": "t5", "albert": "albert", "deberta": "deberta", "deberta-v2": "deberta_v2",
 }
 
 

@@ -34,6 +34,8 @@ VARIANTS = [
     dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
     dict(sentence_dense_size=8, sentence_dense_activation="tanh", pooling="mean", normalize_embeddings=True),
     dict(disentangled_buckets=8, disentangled_max_distance=20, positions="none", pooling="max"),
+    dict(disentangled_buckets=6, disentangled_max_distance=0, disentangled_projections="separate",
+         disentangled_norm=False, positions="none", pooling="mean"),
     dict(attention_head_size=12, pooling="mean"),
     dict(attention_head_size=6, num_heads=3, attention="cosine", hidden_size=30, positions="none"),
 ]
@@ -129,6 +131,12 @@ def test_disentangled_buckets_follow_debertas_formula():
     table, index = DisentangledPositions(cfg)(6)
     assert table.shape == (16, cfg.hidden_size) and index.shape == (6, 6)
     assert index[5, 0] == 8 + 5 and index[0, 5] == 8 - 5 and (index.diagonal() == 8).all()
+    # no log buckets (DeBERTa v1): I = clamp(i - j + S, 0, 2S - 1), the table read as stored
+    cfg = preset("tiny", disentangled_buckets=3, disentangled_max_distance=0, disentangled_norm=False, positions="none")
+    positions = DisentangledPositions(cfg)
+    table, index = positions(6)
+    assert torch.equal(table, positions.table.weight)
+    assert index[:, 0].tolist() == [3, 4, 5, 5, 5, 5] and index[0].tolist() == [3, 2, 1, 0, 0, 0]
 
 
 def test_attention_head_size_sets_the_attention_width():
@@ -157,6 +165,10 @@ def test_last_and_max_pooling_by_hand():
     (dict(sentence_dense_size=8, pooling="none"), "with pooling='none' there is none"),
     (dict(disentangled_buckets=8, disentangled_max_distance=5), "disentangled_max_distance > buckets // 2 \\+ 1"),
     (dict(disentangled_buckets=8, attention="linear"), "needs attention='softmax'"),
+    (dict(disentangled_projections="separate"), "with disentangled_buckets=0 there is none"),
+    (dict(disentangled_norm=False), "with disentangled_buckets=0 there is none"),
+    (dict(disentangled_buckets=8, disentangled_projections="own"), "disentangled_projections"),
+    (dict(disentangled_buckets=8, disentangled_max_distance=-1), "disentangled_max_distance=-1 must be >= 0"),
     (dict(disentangled_buckets=8, relative_attention_buckets=32), "disentangled_buckets with relative_attention_buckets"),
     (dict(disentangled_buckets=8, positions="rotary"), "disentangled_buckets with positions='rotary'"),
 ])

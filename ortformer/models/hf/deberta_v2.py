@@ -13,15 +13,21 @@ appear once per term), which is exact up to rounding. (Without relative attentio
 transformers still divides by sqrt(D (1 + #pos_att_type terms)); the fold follows it.) Absolute positions are added only
 with position_biased_input (v2); v3 has none.
 
+Without position_buckets the distances are plain (disentangled_max_distance = 0); with
+share_att_key=false each layer projects R by a pos_query_proj / pos_key_proj pair of its own
+(disentangled_projections = "separate"), and norm_rel_ebd sets disentangled_norm: the parts
+DeBERTa v1 (deberta.py) always has.
+
 The ConvLayer after the first layer (conv_kernel_size, xlarge and xxlarge) is EncoderConfig's
 conv_kernel_size / conv_groups / conv_activation. Refused: other pos_att_type sets,
-share_att_key=false, a relative table without its LayerNorm, embedding_size != hidden_size (a
-bias-free projection) and attention_head_size != hidden / heads.
+embedding_size != hidden_size (a bias-free projection) and attention_head_size != hidden / heads.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+import torch
 
 from ...config import EncoderConfig
 from ...errors import CheckpointError
@@ -65,25 +71,6 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
     if hf.get("embedding_size", f) != f:
         raise CheckpointError(f"{WHAT}config.json embedding_size={hf['embedding_size']} != hidden_size={f} is not "
                               "supported (a bias-free embedding projection)")
-    conv = _convolution(hf)
-    buckets, max_distance = 0, 512
-    if hf.get("relative_attention", False):
-        if _terms(hf) != TERMS:
-            raise CheckpointError(f"{WHAT}config.json pos_att_type={hf.get('pos_att_type')!r} is not supported; "
-                                  "ortformer implements both c2p and p2c (\"p2c|c2p\")")
-        if not hf.get("share_att_key", False):
-            raise CheckpointError(f"{WHAT}config.json share_att_key={hf.get('share_att_key', False)!r} is not supported; "
-                                  "ortformer projects the relative table with each layer's own query and key Linears")
-        if "layer_norm" not in str(hf.get("norm_rel_ebd", "none")).lower():
-            raise CheckpointError(f"{WHAT}config.json norm_rel_ebd={hf.get('norm_rel_ebd', 'none')!r} is not supported; "
-                                  "ortformer normalises the relative table (\"layer_norm\")")
-        buckets = hf.get("position_buckets", -1)
-        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets <= 0:
-            raise CheckpointError(f"{WHAT}config.json position_buckets={buckets!r} is not supported; ortformer "
-                                  "implements log-bucketed relative positions (position_buckets > 0, e.g. 256)")
-        max_distance = hf.get("max_relative_positions", -1)
-        if not isinstance(max_distance, int) or max_distance < 1:
-            max_distance = hf["max_position_embeddings"]
     learned = hf.get("position_biased_input", True)
     return make_config(
         "DeBERTa-v2", vocab_size=hf["vocab_size"], hidden_size=f, num_heads=heads,
@@ -91,7 +78,33 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
         norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
         positions="learned" if learned else "none", max_positions=hf["max_position_embeddings"],
         type_vocab_size=hf.get("type_vocab_size", 0), norm_eps=hf.get("layer_norm_eps", 1e-7),
-        disentangled_buckets=buckets, disentangled_max_distance=max_distance, **conv, **common)
+        **disentangled_fields(hf, v1=False), **_convolution(hf), **common)
+
+
+def disentangled_fields(hf: dict, v1: bool) -> dict:
+    """The EncoderConfig fields of relative attention: S = position_buckets log buckets up to
+    max_relative_positions, or (v1, or position_buckets <= 0) S = max_relative_positions plain
+    distances; the table projected by each layer's own query and key Linears (share_att_key) or by
+    a position pair of its own (v1 always), normalised with norm_rel_ebd (never in v1)."""
+    what = "DeBERTa " if v1 else WHAT
+    if not hf.get("relative_attention", False):
+        return {}
+    if _terms(hf) != TERMS:
+        raise CheckpointError(f"{what}config.json pos_att_type={hf.get('pos_att_type')!r} is not supported; "
+                              "ortformer implements both c2p and p2c (\"p2c|c2p\")")
+    max_distance = hf.get("max_relative_positions", -1)
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
+        max_distance = hf["max_position_embeddings"]
+    buckets = -1 if v1 else hf.get("position_buckets", -1)
+    if isinstance(buckets, bool) or not isinstance(buckets, int):
+        raise CheckpointError(f"{what}config.json position_buckets={buckets!r} must be an int "
+                              "(> 0: log buckets, e.g. 256; <= 0: plain distances)")
+    shared = not v1 and hf.get("share_att_key", False)
+    fields = {"disentangled_projections": "shared" if shared else "separate",
+              "disentangled_norm": not v1 and "layer_norm" in str(hf.get("norm_rel_ebd", "none")).lower()}
+    if buckets > 0:
+        return {"disentangled_buckets": buckets, "disentangled_max_distance": max_distance, **fields}
+    return {"disentangled_buckets": max_distance, "disentangled_max_distance": 0, **fields}
 
 
 def _convolution(hf: dict) -> dict:
@@ -114,6 +127,7 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
         out["embeddings.token_type_embeddings.weight"] = (cfg.type_vocab_size, f)
     if cfg.disentangled_buckets:
         out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
+    if cfg.disentangled_buckets and cfg.disentangled_norm:
         out["encoder.LayerNorm.weight"] = out["encoder.LayerNorm.bias"] = (f,)
     if cfg.conv_kernel_size:
         out["encoder.conv.conv.weight"] = (f, f // cfg.conv_groups, cfg.conv_kernel_size)
@@ -121,6 +135,8 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     linears = {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
                "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
                "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
+    if cfg.disentangled_buckets and cfg.disentangled_projections == "separate":
+        linears.update({"attention.self.pos_query_proj": (f, f), "attention.self.pos_key_proj": (f, f)})
     for i in range(cfg.num_layers):
         out.update(layer_shapes(f"encoder.layer.{i}.", linears, ("attention.output.LayerNorm", "output.LayerNorm"), f))
     return out
@@ -133,7 +149,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
     # tensors transformers builds or keeps but never uses: a position table without
     # position_biased_input, the relative table's LayerNorm without relative attention
     unused = [] if cfg.positions == "learned" else ["embeddings.position_embeddings.weight"]
-    if not cfg.disentangled_buckets:
+    if not (cfg.disentangled_buckets and cfg.disentangled_norm):
         unused += ["encoder.LayerNorm.weight", "encoder.LayerNorm.bias"]
     for name in unused:
         if kept.pop(name, None) is not None:
@@ -145,17 +161,38 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
         out["positions.table.weight"] = kept["embeddings.position_embeddings.weight"]
     if cfg.type_vocab_size:
         out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
-    if cfg.disentangled_buckets:
-        out["disentangled.table.weight"] = kept["encoder.rel_embeddings.weight"]
-        out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
-        out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
+    out.update(disentangled_tables(kept, cfg))
     if cfg.conv_kernel_size:
         out.update({"conv.weight": kept["encoder.conv.conv.weight"], "conv.bias": kept["encoder.conv.conv.bias"],
                     "conv_norm.weight": kept["encoder.conv.LayerNorm.weight"],
                     "conv_norm.bias": kept["encoder.conv.LayerNorm.bias"]})
     qkv = ("attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj")
     out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, scale))
+    if cfg.disentangled_buckets and cfg.disentangled_projections == "separate":
+        for i in range(cfg.num_layers):
+            p = f"encoder.layer.{i}.attention.self."
+            out.update(position_pair(kept[p + "pos_query_proj.weight"], kept[p + "pos_query_proj.bias"],
+                                     kept[p + "pos_key_proj.weight"], kept[p + "pos_key_proj.bias"], i, scale))
     return out, dropped
+
+
+def disentangled_tables(kept: Tensors, cfg: EncoderConfig) -> Tensors:
+    """The relative table (and its LayerNorm) under the encoder's names."""
+    if not cfg.disentangled_buckets:
+        return {}
+    out = {"disentangled.table.weight": kept["encoder.rel_embeddings.weight"]}
+    if cfg.disentangled_norm:
+        out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
+        out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
+    return out
+
+
+def position_pair(query_weight, query_bias, key_weight, key_bias, layer: int, scale: float) -> Tensors:
+    """A layer's own position projections as the encoder's rows [queries; keys], the query half
+    times ``scale`` as W_Q is (p2c = k . pq appears once per score, like q)."""
+    p = f"blocks.{layer}.attention.positions."
+    return {p + "weight": torch.cat([query_weight.to(torch.float32) * scale, key_weight.to(torch.float32)]),
+            p + "bias": torch.cat([query_bias.to(torch.float32) * scale, key_bias.to(torch.float32)])}
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:

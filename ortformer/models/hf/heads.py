@@ -39,6 +39,7 @@ SEQUENCE_HEADS = {
     "distilbert": HeadLayout("pre_classifier", "classifier", "relu"),
     "electra": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),
     "deberta-v2": HeadLayout("pooler.dense", "classifier", "gelu"),  # activation: pooler_hidden_act
+    "deberta": HeadLayout("pooler.dense", "classifier", "gelu"),  # activation: pooler_hidden_act
     "mpnet": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "albert": HeadLayout("albert.pooler", "classifier", "tanh"),
 }
@@ -161,7 +162,7 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
     if model_type == "modernbert":
         layout = _modernbert_head(hf, what, per_token)
-    elif model_type == "deberta-v2" and not per_token:
+    elif model_type in ("deberta", "deberta-v2") and not per_token:
         act = head_activation(hf.get("pooler_hidden_act", "gelu"), "pooler_hidden_act", what)  # gelu_new -> gelu_tanh
         if hf.get("pooler_hidden_size", hf.get("hidden_size")) != hf.get("hidden_size"):
             raise CheckpointError(f"{what} config.json pooler_hidden_size={hf.get('pooler_hidden_size')!r} differs "

@@ -14,6 +14,8 @@ RoBERTa (``vocab.json`` + ``merges.txt``):
     pre-tokenizer   ByteLevel(add_prefix_space), no normalizer
     model           BPE(vocab, merges), no subword prefix or suffix
     post-processor  <s> $A </s>  (RobertaProcessing, offsets trimmed)
+DeBERTa v1 (``vocab.json`` + ``merges.txt``): RoBERTa's byte-level BPE with BERT's specials
+    and post-processor ([CLS] $A [SEP], pairs with token types).
 
 with transformers' defaults where the config is silent. The file is built once per set of
 inputs into a temporary folder that lives as long as the process; export copies it beside
@@ -37,6 +39,7 @@ WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "
                       "mask_token": "[MASK]"}
 ROBERTA_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>",
                     "mask_token": "<mask>"}
+DEBERTA_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", **WORDPIECE_SPECIALS}
 _built: dict[str, Path] = {}  # digest of the files read -> the tokenizer.json built from them
 
 
@@ -65,8 +68,9 @@ def wordpiece_tokenizer(folder: Path):
     return tokenizer
 
 
-def byte_bpe_tokenizer(folder: Path):
-    """The tokenizers.Tokenizer that ``folder``'s vocab.json, merges.txt and tokenizer_config.json describe."""
+def byte_bpe_tokenizer(folder: Path, specials: dict[str, str] = ROBERTA_SPECIALS):
+    """The tokenizers.Tokenizer that ``folder``'s vocab.json, merges.txt and tokenizer_config.json
+    describe: RoBERTa's, or with DEBERTA_SPECIALS DeBERTa v1's ([CLS] $A [SEP] post-processor)."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
     from tokenizers.models import BPE
 
@@ -82,15 +86,18 @@ def byte_bpe_tokenizer(folder: Path):
     bad = [i for i, m in enumerate(merges) if len(m) != 2]
     if bad:
         raise CheckpointError(f"{folder / 'merges.txt'}: {len(bad)} line(s) are not a merge 'a b' (first: {merges[bad[0]]!r})")
-    s = read_settings(folder, ROBERTA_SPECIALS, (("add_prefix_space", False), ("trim_offsets", True)))
+    s = read_settings(folder, specials, (("add_prefix_space", False), ("trim_offsets", True)))
     require_specials(folder, s, vocab, ("cls_token", "sep_token"))
     tokenizer = Tokenizer(BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=s["add_prefix_space"])
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.RobertaProcessing(
-        (s["sep_token"], vocab[s["sep_token"]]), (s["cls_token"], vocab[s["cls_token"]]),
-        trim_offsets=s["trim_offsets"], add_prefix_space=s["add_prefix_space"])
-    add_specials(tokenizer, s, ROBERTA_SPECIALS, vocab)
+    if specials is ROBERTA_SPECIALS:
+        tokenizer.post_processor = processors.RobertaProcessing(
+            (s["sep_token"], vocab[s["sep_token"]]), (s["cls_token"], vocab[s["cls_token"]]),
+            trim_offsets=s["trim_offsets"], add_prefix_space=s["add_prefix_space"])
+    else:
+        tokenizer.post_processor = cls_sep_template(s["cls_token"], s["sep_token"], vocab)
+    add_specials(tokenizer, s, specials, vocab)
     return tokenizer
 
 
@@ -99,6 +106,7 @@ BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpi
             "electra": (wordpiece_tokenizer, ("vocab.txt",)),
             "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "deberta-v2": (deberta_tokenizer, ("spm.model",)),
+            "deberta": (lambda folder: byte_bpe_tokenizer(folder, DEBERTA_SPECIALS), ("vocab.json", "merges.txt")),
             "xlm-roberta": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
             "camembert": (camembert_tokenizer, ("sentencepiece.bpe.model",)),
             "albert": (albert_tokenizer, ("spiece.model",)),
