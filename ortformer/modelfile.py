@@ -12,14 +12,16 @@ What is checked, in order, each failure a ModelFileError that names the file and
 4. every tensor holds the bytes its dims and type declare (inline or external);
    every external-data location stays inside the model's folder and its file holds
    the bytes the tensor claims (offset + length <= file size);
-5. the tokenizer named in the metadata, if any, lies inside the model's folder (a missing
-   one takes text input away, not the model: Runtime serves ids and says why texts fail);
+5. the tokenizer named in the metadata, if any, is not spelt to leave the model's folder (one
+   that is missing, or resolves outside the folder, takes text input away, not the model:
+   Runtime serves ids and says why texts fail);
 6. the chunk-stage payload, if any, fits the config and the graph (chunkfile.py).
 
 Step 4 matters because onnxruntime follows `location` wherever it points: a model
 downloaded from elsewhere could otherwise make the runtime read /etc/... or
-../../secret as weights. Symlinks are resolved before the containment check, and a
-file with more than one hard link is refused (see resolve_inside).
+../../secret as weights. Symlinks are resolved before the containment check (the folder
+the model file itself resolves into counts as inside: a Hugging Face cache's blobs/), and a
+weight file with more than one hard link is refused (see resolve_inside).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import contract
-from .onnxfile import all_tensors, resolve_inside  # noqa: F401  (resolve_inside: part of this module's API)
+from .onnxfile import all_tensors, check_location_name, resolve_inside  # noqa: F401  (resolve_inside: this module's API)
 from .config import EncoderConfig
 from .errors import ConfigError, ModelFileError
 from .chunkfile import check_chunked
@@ -119,10 +121,10 @@ def read_model_file(path: str | os.PathLike) -> ModelFile:
         external = _check_external_data(path, model)
         opsets = tuple((o.domain, o.version) for o in model.opset_import)
         if metadata.get(contract.META_TOKENIZER):  # refused here, before onnxruntime opens the model
-            # a name that leaves the folder marks a hostile or broken file; a tokenizer that is simply
-            # not there (the .onnx copied alone) only takes text input away: Runtime says so
-            resolve_inside(path.absolute().parent, metadata[contract.META_TOKENIZER],
-                           f"{path}: '{contract.META_TOKENIZER}' metadata", missing_ok=True)
+            # a name spelt to leave the folder marks a hostile or broken file; a tokenizer that is not
+            # there (the .onnx copied alone) or not readable where it is (a symlink out of the folder)
+            # only takes text input away: Runtime says so (tokenizer_path)
+            check_location_name(metadata[contract.META_TOKENIZER], f"{path}: '{contract.META_TOKENIZER}' metadata")
         chunked = (check_chunked(path, metadata[contract.META_CHUNKED], model.graph, config)
                    if contract.META_CHUNKED in metadata else None)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
@@ -367,7 +369,7 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
             raise ModelFileError(f"{path}: {what} has no 'location'")
         if _ORT_MEMORY_TAG in info["location"]:
             raise ModelFileError(f"{path}: {what} has location {info['location']!r}, onnxruntime's in-memory marker")
-        target = resolve_inside(folder, info["location"], f"{path}: {what}")
+        target = resolve_inside(folder, info["location"], f"{path}: {what}", model_path=path)
         # plain ASCII digits only: Python's int() also takes "1_000" and other scripts' digits,
         # which onnxruntime would read differently
         numbers = {key: info[key] for key in ("offset", "length") if key in info}
@@ -395,10 +397,11 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
 
 def tokenizer_path(model: ModelFile, missing_ok: bool = False) -> Path | None:
     """The tokenizer file named by the optional `ortformer.tokenizer` metadata, checked
-    to lie inside the model's folder like external data; None when the key is absent (and,
-    with missing_ok, when the file is not there: the model then serves token ids only)."""
+    to lie inside the model's folder like external data (hard links allowed: its bytes never
+    reach the outputs as numbers); None when the key is absent (and, with missing_ok, when
+    the file is not there: the model then serves token ids only)."""
     name = model.metadata.get(contract.META_TOKENIZER)
     if not name:
         return None
     return resolve_inside(model.path.absolute().parent, name, f"{model.path}: '{contract.META_TOKENIZER}' metadata",
-                          missing_ok=missing_ok)
+                          missing_ok=missing_ok, model_path=model.path, hard_links_ok=True)

@@ -376,8 +376,11 @@ def test_external_data_and_tokenizer_cannot_leave_the_folder(tmp_path, tokens_mo
     tokenizer_case("tokenizer_dotdot", "../outside/tok.json")
     tokenizer_case("tokenizer_absolute", str(tokenizer))
     tokenizer_case("tokenizer_etc_passwd", "/etc/passwd")
+    # a tokenizer file that resolves outside (a symlink) or is no file takes text away, not the model: checked below
+    linked_tokenizer = outside / "tok-linked.json"  # not the atime sentinel: a hard link's bytes are read
+    linked_tokenizer.write_bytes(tokenizer.read_bytes())
     tokenizer_case("tokenizer_symlink_out", "tok.json", lambda f: os.symlink(tokenizer, f / "tok.json"))
-    tokenizer_case("tokenizer_hardlink_out", "tok.json", lambda f: os.link(tokenizer, f / "tok.json"))
+    tokenizer_case("tokenizer_hardlink_out", "tok.json", lambda f: os.link(linked_tokenizer, f / "tok.json"))
     tokenizer_case("tokenizer_nul", "tok.json\x00x")
     tokenizer_case("tokenizer_windows", "C:\\outside\\tok.json")
     tokenizer_case("tokenizer_fifo", "tok.json", lambda f: os.mkfifo(f / "tok.json"))
@@ -395,6 +398,19 @@ def test_external_data_and_tokenizer_cannot_leave_the_folder(tmp_path, tokens_mo
     results = run_cases(cases + [{"name": "control", "path": good_external}], tmp_path, figures, "escaping_or_oversized")
     control_result = results.pop("control")
     assert control_result["error"] is None and control_result["ran"] == "finite", control_result
+    # the model serves ids; a symlinked tokenizer outside is never read, a hard-linked one is (its bytes
+    # are parsed as a tokenizer only, never routed to the outputs as weights can be)
+    symlinked, hard_linked = results.pop("tokenizer_symlink_out"), results.pop("tokenizer_hardlink_out")
+    fifo = results.pop("tokenizer_fifo")  # never opened (a FIFO would block the reader): text is unavailable
+    for r in (symlinked, hard_linked, fifo):
+        assert r["error"] is None and r["ran"] == "finite", r
+    assert str(tokenizer) not in symlinked["opened"]
+    from ortformer.runtime import Runtime
+    from ortformer.runtime.session import TextUnavailableWarning
+
+    with pytest.warns(TextUnavailableWarning, match="outside the model's folder"):
+        assert "outside the model's folder" in Runtime(folders["tokenizer_symlink_out"] / "model.onnx").text_problem
+    assert Runtime(folders["tokenizer_hardlink_out"] / "model.onnx").text_problem is None
     assert str((control / "w.bin").resolve()) not in control_result["opened"]  # onnxruntime reads it in C++
     assert_refused_before_onnxruntime(results, {n: folders[n] for n in results})
     for name, r in results.items():
@@ -402,7 +418,7 @@ def test_external_data_and_tokenizer_cannot_leave_the_folder(tmp_path, tokens_mo
     if atime_works:
         assert {p: p.stat().st_atime_ns for p in before} == before, "a file outside the model folders was read"
     figures.set("hostile_models", "atime_sentinels_checked", bool(atime_works))
-    assert results["hardlink_out"]["message"].count("hard link") and results["tokenizer_hardlink_out"]["message"].count("hard link")
+    assert results["hardlink_out"]["message"].count("hard link")
 
 
 def test_byte_mutations_never_crash(tmp_path, good, figures):

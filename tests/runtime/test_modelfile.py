@@ -13,6 +13,7 @@ from onnx import helper
 from ortformer import contract
 from ortformer.errors import ModelFileError
 from ortformer.runtime import Runtime, read_model_file, tokenizer_path
+from ortformer.runtime.session import TextUnavailableWarning
 
 
 @pytest.fixture
@@ -243,9 +244,31 @@ def test_no_tokenizer_metadata(tokens_model):
     assert tokenizer_path(read_model_file(tokens_model)) is None
 
 
-def test_a_symlink_loop_as_tokenizer_is_a_model_file_error(tmp_path, proto):
+def test_a_symlink_loop_as_tokenizer_takes_text_away_not_the_model(tmp_path, proto):
     (tmp_path / "tok.json").symlink_to(tmp_path / "tok.json")
     path = tmp_path / "model.onnx"
     onnx.save(set_meta(proto, contract.META_TOKENIZER, "tok.json"), str(path))
+    with pytest.warns(TextUnavailableWarning, match="cannot check location"):
+        rt = Runtime(path, "cpu")
     with pytest.raises(ModelFileError, match="cannot check location"):
-        Runtime(path, "cpu")
+        tokenizer_path(rt.model_file)
+
+
+def test_a_tokenizer_symlinked_into_the_model_files_own_folder_is_read(tmp_path, proto):
+    """A Hugging Face cache snapshot: model.onnx and its tokenizer are symlinks into blobs/."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    onnx.save(set_meta(proto, contract.META_TOKENIZER, "tokenizer.json"), str(blobs / "1f2e"))
+    (blobs / "9a8b").write_text('{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, '
+                                '"unk_token": "[UNK]"}}')
+    (snapshot / "model.onnx").symlink_to("../../blobs/1f2e")
+    (snapshot / "tokenizer.json").symlink_to("../../blobs/9a8b")
+    model = read_model_file(snapshot / "model.onnx")
+    assert tokenizer_path(model) == blobs / "9a8b"
+    # the same symlink beside a model file that is not in blobs/ leaves the folder
+    onnx.save(set_meta(proto, contract.META_TOKENIZER, "tokenizer.json"), str(snapshot / "plain.onnx"))
+    (snapshot / "model.onnx").unlink()
+    (snapshot / "model.onnx").symlink_to("plain.onnx")
+    with pytest.raises(ModelFileError, match="outside the model's folder"):
+        tokenizer_path(read_model_file(snapshot / "model.onnx"))
