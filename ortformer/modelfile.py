@@ -144,12 +144,14 @@ def _load_proto(path: Path) -> onnx.ModelProto:
     if not path.is_file():
         raise ModelFileError(f"{path}: no such model file" + (" (it is a folder)" if path.is_dir() else ""))
     try:
-        # weights stay on disk: we only need metadata, graph signature and data locations
-        model = onnx.load(str(path), load_external_data=False)
+        # weights stay on disk: we only need metadata, graph signature and data locations; binary
+        # protobuf always, as onnxruntime reads it (onnx.load would pick a text parser for *.json)
+        model = onnx.load(str(path), format="protobuf", load_external_data=False)
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
     except Exception as exc:  # protobuf raises DecodeError, RuntimeError, ... depending on the damage
-        raise ModelFileError(f"{path}: not a readable ONNX file (corrupt, truncated or another format): {exc}") from None
+        reason = str(exc) if len(str(exc)) <= 200 else str(exc)[:200] + "..."  # a parser may quote the whole file
+        raise ModelFileError(f"{path}: not a readable ONNX file (corrupt, truncated or another format): {reason}") from None
     # a protobuf parse succeeds on many byte strings (b"" is a valid empty ModelProto), and a
     # file cut between fields parses too; a real model always has a graph and an opset
     if not model.opset_import or not model.graph.node or not model.graph.output:

@@ -9,6 +9,7 @@ import json
 import threading
 import warnings
 from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Sequence
 
 from .checks import check_int
@@ -28,9 +29,13 @@ def _tokenizers():
 
 
 def check_texts(texts) -> list[str]:
-    """``texts`` as a list of str, or InputError naming the entries that are not strings."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+    """``texts`` (a list, tuple, generator, numpy array ... of str) as a list of str, or
+    InputError naming the entries that are not strings."""
+    if isinstance(texts, (str, bytes)):
         raise InputError(f"texts must be a list of str, got {type(texts).__name__}; wrap one text as [text]")
+    if not isinstance(texts, Iterable) or isinstance(texts, Mapping):
+        raise InputError(f"texts must be a list of str (or another iterable of them), got {type(texts).__name__}")
+    texts = [str(t) if isinstance(t, str) else t for t in texts]  # numpy's str_ too, as plain str
     bad = [f"texts[{i}] is {type(t).__name__}" for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""

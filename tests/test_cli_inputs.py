@@ -155,3 +155,33 @@ def test_npy_is_not_written_to_a_terminal(tokens_model):
         os.close(terminal)
         os.close(master)
     assert done.returncode == 2 and "--format npy writes binary" in done.stderr, done.stderr
+
+
+def test_bad_option_values_are_usage_errors_naming_the_flag(tokens_model, text_model, tmp_path):
+    """Values whose bound depends on the model or the suffix exit 2, as click's own checks do."""
+    (tmp_path / "one.txt").write_text("a\n")
+    cases = [
+        (("batch", tokens_model, "--input", tmp_path / "one.txt", "-o", tmp_path / "x.parquet"),
+         "Invalid value for '--input'", ".jsonl or .parquet"),
+        (("export", "--preset", "tiny", "-o", tmp_path / "q.txt"), "Invalid value for '-o' / '--output'", "end in .onnx"),
+        (("profile", tokens_model, "--sequence", 100000), "Invalid value for '--sequence'", "100000 must be an int"),
+        (("infer", text_model, "--text", "hi", "--prompt-name", "nope"), "Invalid value for '--prompt-name'",
+         "'nope' is not a prompt"),
+        (("infer", tokens_model, "--ids", "[[1]]", "--format", "json", "-o", tmp_path / "x.npy"),
+         "--format json does not fit", "name the file .json"),
+        (("infer", tokens_model, "--ids", "[[1]]", "-o", ""), "Invalid value for '-o/--output'", "empty path"),
+    ]
+    for args, *wanted in cases:
+        last = fail(*args, code=2)
+        assert all(w in last for w in wanted), (args, last)
+    assert not (tmp_path / "x.npy").exists() and not (tmp_path / "q.txt").exists()
+    assert "-o" in fail("infer", tokens_model, "-o", tmp_path / "s.npy", input="[1]\n", code=2)
+
+
+def test_a_model_file_of_any_name_is_read_as_binary_onnx(tokens_model, tmp_path):
+    # onnx.load picks a text parser for *.json / *.textproto; onnxruntime reads binary whatever the name
+    for name in ("model.json", "model.textproto", "model"):
+        (tmp_path / name).write_bytes(Path(tokens_model).read_bytes())
+        assert Runtime(tmp_path / name).run([[1, 2]])["last_hidden_state"].shape[:2] == (1, 2)
+    (tmp_path / "big.json").write_text('{"x": "' + "y" * 20000 + '"}')
+    assert len(fail("info", tmp_path / "big.json")) < 600  # the parser's quote of the file is cut

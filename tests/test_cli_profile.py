@@ -67,9 +67,10 @@ def test_json(features_model):
     assert all(set(node) == {"node", "op", "ms_per_run"} for node in report["top_nodes"])
 
 
-def test_sequence_beyond_max_positions_is_a_one_line_error(tokens_model):
-    result = invoke("profile", tokens_model, "--sequence", "65", code=1)
-    assert result.stderr.strip() == "error: sequence=65 must be an int in [1, 64] (max_positions: the longest sequence the model takes)"
+def test_sequence_beyond_max_positions_is_a_usage_error(tokens_model):
+    result = invoke("profile", tokens_model, "--sequence", "65", code=2)
+    assert result.stderr.strip().splitlines()[-1] == ("Error: Invalid value for '--sequence': 65 must be an int in [1, 64] "
+                                                      "(max_positions: the longest sequence the model takes)")
     assert result.stdout == ""
 
 

@@ -76,7 +76,7 @@ def test_text_exactly_at_max_length_is_not_truncated(encoder):
     (["a", None, b"b"], r"texts\[1\] is NoneType, texts\[2\] is bytes"),
     ("a single string", "must be a list of str, got str"),
     (b"bytes", "must be a list of str, got bytes"),
-    (42, "must be a list of str, got int"),
+    (42, r"must be a list of str \(or another iterable of them\), got int"),
     (["fine", "bad \udced\udca0 x"], r"texts\[1\] is not valid Unicode: surrogates not allowed at character 4"),
 ])
 def test_non_string_inputs_are_refused(encoder, texts, message):
@@ -123,3 +123,15 @@ def test_text_module_is_torch_free():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str([e.ids for e in _direct(["hi"])])
+
+
+def test_texts_come_from_any_iterable_of_str(encoder):
+    import numpy as np
+
+    want = encoder.encode(["a b", "c"], max_length=16)
+    assert encoder.encode((t for t in ("a b", "c")), max_length=16) == want
+    assert encoder.encode(np.array(["a b", "c"]), max_length=16) == want
+    for bad, message in (("a b", "wrap one text"), ({"a": 1}, "or another iterable of them\\), got dict"), (3, "got int"),
+                         ([b"a"], "texts\\[0\\] is bytes")):
+        with pytest.raises(InputError, match=message):
+            encoder.encode(bad, max_length=16)

@@ -3,6 +3,7 @@ argument and a quiet onnxruntime logger."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -33,6 +34,7 @@ _CLI_SPELLING = [
     (re.compile(r"\b[a-z_]+ \((--[a-z-]+)\)"), r"\1"),           # text_field (--text-field) -> --text-field
     (re.compile(r"provider='cpu' or 'auto', or allow_fallback=True"), "--provider cpu or auto, or --allow-fallback"),
     (re.compile(r"\ballow_fallback=True\b"), "--allow-fallback"),
+    (re.compile(r"\bnum_actors=(\d+) with provider='cuda'"), r"--num-actors \1 with --provider cuda"),
 ]
 
 
@@ -40,6 +42,26 @@ def cli_spelling(message: str) -> str:
     for pattern, replacement in _CLI_SPELLING:
         message = pattern.sub(replacement, message)
     return message
+
+
+def usage_errors(**flags: str):
+    """Decorate a command so that a library error about one of its option values
+    ("sequence=1000 must be ...", the parameter named first) is a usage error for that
+    option (exit 2), as click's own checks are: flags maps parameter -> option, e.g.
+    sequence="--sequence". The bound often depends on the model, so click cannot check it."""
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapped(*args, **kwargs):
+            try:
+                return command(*args, **kwargs)
+            except OrtformerError as exc:
+                match = re.match(r"(\w+)=", str(exc))
+                if match is None or match.group(1) not in flags:
+                    raise
+                raise click.BadParameter(cli_spelling(str(exc)[match.end():]),
+                                         param_hint=f"'{flags[match.group(1)]}'") from exc
+        return wrapped
+    return decorate
 
 
 class GuardedGroup(click.Group):
@@ -141,6 +163,8 @@ def check_output(path, *, force: bool, option: str, inputs=(), folder: bool = Fa
     of the command (even with --force); an existing output file without --force; a folder
     that does not exist (for a file) or cannot be written.
     """
+    if not str(path).strip():
+        raise click.BadParameter("an empty path names no file; give a path", param_hint=f"'{option}'")
     path = Path(path)
     what = "folder" if folder else "file"
     for given in inputs:
@@ -154,7 +178,9 @@ def check_output(path, *, force: bool, option: str, inputs=(), folder: bool = Fa
         if folder and not path.is_dir():
             raise CliError(f"{option} {path} exists and is not a folder")
         if not folder and not path.is_file():
-            raise CliError(f"{option} {path} exists and is not a file")
+            hint = "; to discard the output, leave -o out and redirect stdout" if path.is_char_device() else ""
+            raise CliError(f"{option} {path} exists and is not a file (outputs are written whole, then renamed "
+                           f"into place){hint}")
         if not force and not folder:
             raise CliError(f"{path} already exists; pass --force to replace it")
     parent = path.absolute().parent

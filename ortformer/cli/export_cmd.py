@@ -216,6 +216,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
         return
     if not output:
         raise click.UsageError("Missing option '-o' / '--output'.")
+    if Path(output).suffix != ".onnx":
+        raise click.BadParameter(f"{output} must end in .onnx (e.g. model.onnx)", param_hint="'-o' / '--output'")
     for flag, value in (("--triton-name", triton_name), ("--max-batch-size", max_batch_size)):
         if value is not None and not triton_repo:
             raise click.UsageError(f"{flag} only applies with --triton-repo")

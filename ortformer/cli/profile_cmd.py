@@ -5,7 +5,7 @@ import click
 
 from ..runtime import PROVIDERS
 from ..runtime.profile import profile_ops
-from .common import echo_json, model_argument, quiet_onnxruntime, threads_option
+from .common import echo_json, model_argument, quiet_onnxruntime, threads_option, usage_errors
 
 
 @click.command("profile")
@@ -20,6 +20,7 @@ from .common import echo_json, model_argument, quiet_onnxruntime, threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report (ops, slowest nodes) as JSON.")
 @click.option("--top", type=click.IntRange(min=1), help="Only the TOP slowest op types (default: all), also with --json.")
 @click.pass_context
+@usage_errors(sequence="--sequence")
 def profile(ctx, model, batch, sequence, runs, threads, provider, as_json, top):
     """Time MODEL per operator type with onnxruntime's profiler, on random inputs.
 

@@ -17,7 +17,8 @@ from ..errors import InputError
 from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
 from ..fsutil import reserve
 from ..runtime.validate import as_array
-from .common import CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime, threads_option, written
+from .common import (CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime,
+                     threads_option, usage_errors, written)
 
 OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING, contract.LOGITS)
 
@@ -239,6 +240,7 @@ def _jsonable(result):
               help="Write the result to this file instead of stdout (atomically, once the run succeeded).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.pass_context
+@usage_errors(prompt_name="--prompt-name")
 def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file, prompt_name, provider,
           allow_fallback, device_id, threads, batch_size, max_tokens, tensor, fmt, sparse, out, force):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
@@ -261,7 +263,11 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
         raise click.UsageError(f"-o/--output names the output file; pick the output tensor with --tensor {out}")
     if out is not None:
         out = check_output(out, force=force, option="-o/--output", inputs=[model, input_file, text_file, pair_file])
-    fmt = fmt or ("npy" if out and out.suffix == ".npy" else "json")
+    if out is not None and (fmt, out.suffix) in (("json", ".npy"), ("npy", ".json")):
+        raise click.UsageError(f"--format {fmt} does not fit -o {out}: name the file .{fmt}, or drop --format "
+                               f"(the suffix picks it)")
+    fmt_from_suffix = fmt is None and out is not None and out.suffix == ".npy"
+    fmt = fmt or ("npy" if fmt_from_suffix else "json")
     if fmt == "npy" and out is None and sys.stdout.isatty():
         raise click.UsageError("--format npy writes binary: give -o FILE.npy, or redirect stdout to a file or pipe")
     if text_file == "-" and pair_file == "-":
@@ -280,7 +286,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
                                "in --batch-size chunks: drop one of the two")
     data = _read_input(ids, input_file)
     if ids is None and input_file is None and text_input is None and (mask is not None or fmt == "npy"):
-        raise click.UsageError("--mask and --format npy need --ids or --input (stdin is streamed line by line as JSON)")
+        npy = f"-o {out} (NumPy)" if fmt_from_suffix else "--format npy"
+        raise click.UsageError(f"--mask and {npy} need --ids or --input (stdin is streamed line by line as JSON)")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ProviderFallbackWarning)
         runtime = Runtime(model, provider, device_id=device_id, threads=threads, allow_fallback=allow_fallback)

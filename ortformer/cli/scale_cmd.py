@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import click
 
@@ -101,7 +102,11 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
       ortformer batch model.onnx --input texts.jsonl --output emb.parquet --ray-address ray://head:10001 --provider cuda --num-actors 4
     """
     from ..scale.ray_batch import DuplicateIdWarning, embed_corpus
+    from ..scale.shards import INPUT_KINDS
     from ..text import TruncationWarning
+
+    if Path(input_path).suffix not in INPUT_KINDS:
+        raise click.BadParameter(f"{input_path} must be a {' or '.join(INPUT_KINDS)} file", param_hint="'--input'")
 
     out = check_output(output_path, force=True, option="-o/--output", folder=True, inputs=[model, input_path])
     if not resume and out.is_dir() and any(out.iterdir()):  # before the model and input are read

@@ -49,7 +49,7 @@ def _main_weights(path, payload: Payload) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 
     wanted = {target for entries in payload.weights.values() for target, _ in entries.values()}
-    model = onnx.load(str(path), load_external_data=True)
+    model = onnx.load(str(path), format="protobuf", load_external_data=True)
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in wanted}
 
 

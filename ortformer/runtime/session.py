@@ -85,6 +85,9 @@ class Runtime:
         self.parity: dict = self.model_file.parity
         self.source: str = self.model_file.source
 
+        if session_options is not None and not isinstance(session_options, ort.SessionOptions):
+            raise InputError(f"session_options must be an onnxruntime.SessionOptions, got "
+                             f"{type(session_options).__name__}")
         options = session_options if session_options is not None else providers.session_options(threads)
         if session_options is not None and threads is not None:
             options.intra_op_num_threads = threads
@@ -320,6 +323,11 @@ class Runtime:
         return stream(self, chunks)
 
     def _execute(self, feeds: dict[str, np.ndarray], out: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        rows, length = feeds[contract.ATTENTION_MASK].shape
+        if rows == 0:  # an empty batch: zero rows of each output, no session call
+            shapes = contract.output_shapes(self.config)
+            return {name: np.zeros([0, *(length if axis == contract.SEQUENCE_AXIS else axis for axis in shapes[name][1:])],
+                                   np.float32) for name in self.output_names}
         if self.chunk_size is not None and feeds[contract.ATTENTION_MASK].shape[1] > self.chunk_size:
             return self.chunk_runner().run(feeds, out)
         if self.provider == "cuda":

@@ -93,9 +93,10 @@ def check_inputs(spec: InputSpec, given: Mapping[str, Any]) -> dict[str, np.ndar
         raise InputError(f"{spec.main} is required; this model takes {list(spec.names)}")
 
     main = as_array(spec.main, given[spec.main])
-    if main.size == 0:
-        raise InputError(f"{spec.main} is empty (shape {main.shape}); give at least one sequence of at least one token")
     rank = 2 if cfg.takes_ids else 3
+    # zero rows of a real length is an empty batch (a service's empty queue): answered with zero rows
+    if main.size == 0 and not (main.ndim == rank and main.shape[0] == 0 and all(main.shape[1:])):
+        raise InputError(f"{spec.main} is empty (shape {main.shape}); give at least one token per sequence")
     if main.ndim != rank:
         layout = "[batch, sequence]" if cfg.takes_ids else f"[batch, sequence, {cfg.hidden_size}]"
         raise InputError(f"{spec.main} must be {rank}-D {layout}, got shape {main.shape} (wrap a single sequence in a list)")

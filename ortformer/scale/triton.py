@@ -226,7 +226,7 @@ def _old_data_files(path: Path) -> set[str]:
     import onnx
 
     try:
-        return external_locations(onnx.load(str(path), load_external_data=False)) if path.is_file() else set()
+        return external_locations(onnx.load(str(path), format="protobuf", load_external_data=False)) if path.is_file() else set()
     except Exception:  # an unreadable old model has no data files we can name
         return set()
 

@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
+from ortformer import contract
 from ortformer.errors import InputError
+from ortformer.runtime import Runtime
 
 GOOD_IDS = [[5, 6, 7, 8], [9, 10, 11, 12]]
 ok_mask = np.ones((2, 4), np.int64)
@@ -19,7 +21,6 @@ TOKEN_CASES = {
     "rank 1": (dict(input_ids=[1, 2, 3]), ["input_ids must be 2-D", "got shape (3,)"]),
     "rank 3": (dict(input_ids=np.ones((1, 2, 3), np.int64)), ["input_ids must be 2-D"]),
     "empty list": (dict(input_ids=[]), ["input_ids is empty"]),
-    "empty batch": (dict(input_ids=np.zeros((0, 3), np.int64)), ["input_ids is empty", "(0, 3)"]),
     "zero length": (dict(input_ids=np.zeros((2, 0), np.int64)), ["input_ids is empty", "(2, 0)"]),
     "ragged": (dict(input_ids=[[1, 2, 3], [4]]), ["input_ids is ragged", "attention_mask"]),
     "beyond int64": (dict(input_ids=[[1, 2**70]]), ["input_ids", "non-numbers"]),
@@ -105,3 +106,19 @@ def test_the_first_bad_id_and_the_count_are_reported(tokens_rt):
 def test_a_fully_padded_row_is_allowed(tokens_rt):
     out = tokens_rt.run(input_ids=GOOD_IDS, attention_mask=[[1, 1, 0, 0], [0, 0, 0, 0]])
     assert np.isfinite(out["sentence_embedding"]).all()
+
+
+def test_an_empty_batch_gets_zero_rows_of_every_output(tokens_model):
+    rt = Runtime(tokens_model, "cpu")
+    out = rt.run(np.zeros((0, 5), np.int64))
+    assert {k: v.shape for k, v in out.items()} == {
+        k: (0, *(5 if a == contract.SEQUENCE_AXIS else a for a in shape[1:]))
+        for k, shape in contract.output_shapes(rt.config).items()}
+    with pytest.raises(InputError, match="at least one token"):
+        rt.run(np.zeros((2, 0), np.int64))
+
+
+
+def test_session_options_must_be_onnxruntime_s(tokens_model):
+    with pytest.raises(InputError, match="must be an onnxruntime.SessionOptions, got dict"):
+        Runtime(tokens_model, "cpu", session_options={})
