@@ -159,6 +159,8 @@ def plan_corpus(path: Path, model: dict[str, Any], text_field: str, id_field: st
                 start = stop
         if stop > start:
             shards.append(Shard(len(shards), start, stop, stop - start))
+    if not shards:  # an empty input still gets one (empty) part file: readers see the id and embedding columns
+        shards.append(Shard(0, 0, 0, 0, *((offsets[0], offsets[0]) if kind == "jsonl" else ())))
     return Plan(stamp, model, text_field, id_field, id_type, size, tuple(shards))
 
 

@@ -164,3 +164,11 @@ def test_duplicate_ids_are_kept_and_reported(text_model, tmp_path):
         stats = embed_corpus(text_model, path, tmp_path / "out")
     assert stats["duplicate_ids"] == 5 and pq.read_table(tmp_path / "out").num_rows == 10
     assert any("repeat an id" in str(w.message) for w in caught)
+
+
+def test_an_empty_input_writes_an_empty_table_with_both_columns(text_model, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    stats = embed_corpus(text_model, tmp_path / "empty.jsonl", tmp_path / "out")
+    assert (stats["rows"], stats["shards"], stats["dim"]) == (0, 1, Runtime(text_model, "cpu").config.sentence_size)
+    table = pq.read_table(tmp_path / "out")
+    assert table.num_rows == 0 and table.column_names == ["id", "embedding"]
