@@ -103,6 +103,14 @@ class TextEncoder:
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
+    def vocabulary(self) -> dict[str, int]:
+        """token -> id, added tokens included."""
+        return self._tokenizer.get_vocab(with_added_tokens=True)
+
+    def added_tokens(self) -> list:
+        """The tokenizer's added tokens (tokenizers.AddedToken), special or not."""
+        return list(self._tokenizer.get_added_tokens_decoder().values())
+
     def encode(self, texts: list[str], max_length: int,
                pairs: list[str] | None = None) -> tuple[list[list[int]], list[list[int]], int]:
         """(ids, type_ids, n_truncated) for each text, at most ``max_length`` tokens each.
@@ -137,16 +145,25 @@ class TextEncoder:
 
 
 def check_tokenizer(path, vocab_size: int) -> TextEncoder:
-    """``path`` loaded as a tokenizer.json whose ids all fit a model of ``vocab_size`` tokens.
+    """``path`` loaded as a tokenizer.json whose ids fit a model of ``vocab_size`` tokens.
 
     Raises ModelFileError when the file is not a tokenizer, when the model takes float
-    features (vocab_size 0), or when the tokenizer can emit ids >= vocab_size: such a
-    pair would fail at every text input, long after export."""
+    features (vocab_size 0), or when its vocabulary itself reaches past vocab_size (another
+    model's tokenizer: most texts would fail, long after export). Added tokens past it (a
+    tokenizer grown without resizing the embeddings, which transformers runs as long as no
+    text holds them) are warned about: a text holding one is refused at run time."""
     encoder = TextEncoder(path)
     if vocab_size < 1:
         raise ModelFileError(f"tokenizer {path}: the model takes float features (vocab_size=0), not token ids")
-    if encoder.vocab_size > vocab_size:
+    beyond = {token: i for token, i in encoder.vocabulary().items() if i >= vocab_size}
+    added = {t.content for t in encoder.added_tokens()}
+    if any(token not in added for token in beyond):
         raise ModelFileError(f"tokenizer {path} has {encoder.vocab_size} tokens, more than the model's "
                              f"vocab_size={vocab_size}: its ids would index past the embedding table; "
-                             "use the model's own tokenizer")
+                             "give the tokenizer the model was trained with")
+    if beyond:
+        shown = ", ".join(f"{t!r}={i}" for t, i in sorted(beyond.items(), key=lambda item: item[1])[:3])
+        warnings.warn(f"tokenizer {path} adds {len(beyond)} token(s) past the model's vocab_size={vocab_size} "
+                      f"({shown}{', ...' if len(beyond) > 3 else ''}): a text holding one is refused; "
+                      "other texts embed as usual", stacklevel=2)
     return encoder

@@ -55,6 +55,22 @@ def _around_transformer_module(folder: Path) -> Path:
     return folder
 
 
+# keys every transformers config.json writes, and no ortformer config has
+_HF_ONLY_KEYS = ("architectures", "transformers_version", "num_hidden_layers", "num_attention_heads")
+
+
+def _refuse_untyped_hf_config(folder: Path) -> None:
+    """A transformers config.json without model_type names no family: say so, rather than
+    reading it as an ortformer config and listing its keys as unknown."""
+    config = transformer_dir(folder) / CONFIG_NAME
+    if not config.is_file():
+        return
+    data = read_json(config)
+    if "model_type" not in data and any(key in data for key in _HF_ONLY_KEYS):
+        raise CheckpointError(f"{config} is a Hugging Face config without model_type, so its family is unknown; "
+                              f"add \"model_type\" (one of {', '.join(sorted(FAMILIES))})")
+
+
 def load_any(path) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder.
@@ -76,6 +92,7 @@ def load_any(path) -> Loaded:
     if path.is_dir():
         if is_hf_folder(path):
             return load_hf(path)
+        _refuse_untyped_hf_config(path)
         weights = find_weights(path)
     else:
         weights = path

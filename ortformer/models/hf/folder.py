@@ -36,7 +36,7 @@ ST_SUPPORTED = {"Transformer", "MLMTransformer", "Pooling", "SpladePooling", "De
 ST_DENSE_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity", "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid"}
 ST_DENSE_WEIGHTS = {"linear.weight": "sentence_dense.weight", "linear.bias": "sentence_dense.bias"}
 # half-precision folders are common; upcasting them to float32 is exact
-HF_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+HF_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # float64: cast to float32
 
 
 def read_json(path: Path, kind: type = dict):
@@ -69,8 +69,11 @@ def _module_dir(folder: Path, module: dict) -> Path:
 
 
 def transformer_dir(folder: Path) -> Path:
-    """The folder holding config.json: the root, or the Transformer module's path in modules.json."""
-    if not (folder / "config.json").is_file():
+    """The folder holding config.json: the root, or the Transformer module's path in modules.json
+    when the root has no Hugging Face config (none, or sentence-transformers < 2's root config.json,
+    which holds only {"__version__": ...} beside 0_Transformer/)."""
+    root_config = folder / "config.json"
+    if not root_config.is_file() or ((folder / "modules.json").is_file() and "model_type" not in read_json(root_config)):
         for module in _modules(folder):
             if _module_kind(module) in ("Transformer", "MLMTransformer"):
                 return _module_dir(folder, module)
@@ -171,11 +174,10 @@ def _splade_mode(path: Path) -> tuple[str, str]:
 
 
 def _transformer_settings(folder: Path) -> tuple[Path | None, dict]:
-    """(path, contents) of the Transformer module's sentence_bert_config.json (the module's
-    folder first, then the root); (None, {}) without one."""
-    st_config = next((d / "sentence_bert_config.json" for d in (transformer_dir(folder), folder)
-                      if (d / "sentence_bert_config.json").is_file()), None)
-    return st_config, read_json(st_config) if st_config else {}
+    """(path, contents) of the Transformer module's sentence_bert_config.json, in the module's
+    folder only, as sentence-transformers reads it; (None, {}) without one."""
+    st_config = transformer_dir(folder) / "sentence_bert_config.json"
+    return (st_config, read_json(st_config)) if st_config.is_file() else (None, {})
 
 
 def _text_settings(folder: Path, st_config: Path | None, settings: dict) -> tuple[int | None, bool]:
@@ -321,12 +323,15 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
         normalize = st.normalize and pooling != "none"
     # a Dense head maps the pooled vector: without a pooling (pooling="none") it has nothing to map
     dense = st.dense if st.dense is not None and pooling != "none" else None
-    # a fine-tuned classifier (config.json's architectures) keeps its head as the logits output;
-    # SPLADE pools the masked-LM head's logits
+    # a fine-tuned classifier (config.json's architectures) keeps its head as the logits output,
+    # unless a sentence-transformers Pooling module embeds with the base model (AutoModel: the head
+    # is never run there); SPLADE pools the masked-LM head's logits
     sparse = pooling in SPLADE_POOLINGS
     model_type = hf_config.get("model_type")
-    classifier = (mlm_head(hf_config, model_type, str(model_dir)) if sparse
-                  else classifier_head(hf_config, model_type, str(model_dir)))
+    if sparse:
+        classifier = mlm_head(hf_config, model_type, str(model_dir))
+    else:
+        classifier = None if st.pooling is not None else classifier_head(hf_config, model_type, str(model_dir))
     common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or folder_name(root),
               **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {}),
               **({"splade_activation": st.splade_activation} if sparse else {})}

@@ -34,6 +34,8 @@ def read_settings(folder: Path, special_defaults: dict[str, str], flags: tuple[t
                               f"got {type(added).__name__}")
     settings["added"] = [(entry["content"], bool(entry.get("special")), bool(entry.get("normalized", False)))
                          for entry in added.values() if isinstance(entry, dict) and token_text(entry.get("content"))]
+    special_texts = {settings[key] for key in special_defaults}
+    settings["added"] += _legacy_added(folder, {c for c, _, _ in settings["added"]}, special_texts)
     # older saves (transformers < 4.34) list their extra special tokens only here
     extra = next((source[key] for source in (config, specials)
                   for key in ("additional_special_tokens", "extra_special_tokens") if source.get(key)), [])
@@ -42,6 +44,19 @@ def read_settings(folder: Path, special_defaults: dict[str, str], flags: tuple[t
     settings["additional"] = [text for text in map(token_text, extra) if text]
     settings["config"] = config  # tokenizer_config.json as read, for family-specific keys
     return settings
+
+
+def _legacy_added(folder: Path, known: set[str], specials: set) -> list[tuple[str, bool, bool]]:
+    """added_tokens.json (transformers < 4.34: token -> id), in id order, as transformers reads it:
+    special when it is one of the special tokens, else normalized."""
+    path = folder / "added_tokens.json"
+    if not path.is_file():
+        return []
+    tokens = read_json(path)
+    if not isinstance(tokens, dict) or not all(isinstance(t, str) and isinstance(i, int) for t, i in tokens.items()):
+        raise CheckpointError(f"{path} must map added tokens to integer ids")
+    return [(t, t in specials, t not in specials) for t, _ in sorted(tokens.items(), key=lambda item: item[1])
+            if t and t not in known]
 
 
 # the order in which transformers appends special tokens that the vocabulary lacks

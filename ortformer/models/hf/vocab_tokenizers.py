@@ -127,7 +127,7 @@ def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None
         return None
     digest = hashlib.sha256()
     try:
-        for name in (*needed, "tokenizer_config.json", "special_tokens_map.json"):
+        for name in (*needed, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
             digest.update(name.encode() + ((folder / name).read_bytes() if (folder / name).is_file() else b"\0"))
     except OSError as exc:
         raise CheckpointError(f"cannot read the tokenizer files in {folder}: {exc.strerror or exc}") from None
