@@ -92,6 +92,9 @@ class TextEncoder:
         padding = self._tokenizer.padding or {}
         pad_token = self._tokenizer.token_to_id("[PAD]")
         self.pad_id: int = padding.get("pad_id", pad_token if pad_token is not None else 0)
+        # which end a long text loses: the file's own truncation direction (a tokenizer_config.json's
+        # truncation_side "left" is written there on import), else the right, as transformers' default
+        self.truncation_side: str = str((self._tokenizer.truncation or {}).get("direction", "right")).lower()
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
         # [CLS] ... [SEP] for BERT: what the post-processor adds to every single text
@@ -133,7 +136,8 @@ class TextEncoder:
         if not texts:
             return [], [], 0
         with self._lock:
-            self._tokenizer.enable_truncation(int(max_length))  # stride 0: overflowing holds the cut tail
+            # stride 0: overflowing holds the cut part
+            self._tokenizer.enable_truncation(int(max_length), direction=self.truncation_side)
             encodings = self._tokenizer.encode_batch(texts if pairs is None else list(zip(texts, pairs)))
         n_truncated = sum(1 for e in encodings if e.overflowing)
         if n_truncated:

@@ -383,7 +383,8 @@ def info(ctx, model, as_json, sequence_length):
         click.echo(f"text        unavailable (token ids still work): {text['unavailable']}")
     elif text:
         lowered = ", lowercased first" if text["lowercase"] else ""
-        click.echo(f"text        {text['tokenizer']}, truncated at {text['max_length']} tokens{lowered}")
+        kept = ", keeping the end" if text.get("truncation_side") == "left" else ""
+        click.echo(f"text        {text['tokenizer']}, truncated at {text['max_length']} tokens{kept}{lowered}")
     if report.get("labels"):
         cfg_labels = config.get("classifier_labels")
         per = "per token" if config.get("classifier_per_token") else "per sequence"

@@ -49,7 +49,9 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         # how texts become ids: None when the file names no tokenizer; "unavailable" says why
         # a named one cannot be used (the model still takes token ids)
         "text": {"tokenizer": runtime.metadata[contract.META_TOKENIZER], "max_length": runtime.text_max_length,
-                 "lowercase": runtime.text_lowercase, "unavailable": runtime.text_problem}
+                 "lowercase": runtime.text_lowercase, "unavailable": runtime.text_problem,
+                 # which end a long text loses (the tokenizer file's truncation direction)
+                 "truncation_side": runtime.truncation_side}
         if runtime.metadata.get(contract.META_TOKENIZER) else None,
         "config": cfg.to_dict(),
         "inputs": [s.to_dict() for s in file.inputs],

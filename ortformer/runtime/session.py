@@ -203,6 +203,12 @@ class Runtime:
         return self.model_file.text_lowercase
 
     @property
+    def truncation_side(self) -> str | None:
+        """Which end a long text loses, "right" (transformers' default) or "left" (the tokenizer
+        file's truncation direction); None without a usable tokenizer."""
+        return self._text_encoder.truncation_side if self._text_encoder is not None else None
+
+    @property
     def labels(self) -> list[str]:
         """The classifier's label names by id, for the "logits" output ([] without a classifier)."""
         return self.model_file.labels

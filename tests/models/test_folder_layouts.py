@@ -131,3 +131,21 @@ def test_a_config_without_model_type_is_named_as_such(tmp_path):
     with pytest.raises(CheckpointError, match="Hugging Face config without model_type.*one of albert, bert"):
         load_any(folder)
 
+
+
+def test_truncation_side_left_keeps_the_end_of_long_texts(tmp_path):
+    folder = tmp_path / "st"
+    save_hf(transformers.BertModel, tiny_bert(), folder, seed=6)
+    sentence_folder(folder, minilm.get_model_path(), pooling="mean", normalize=False, max_seq_length=16)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "truncation_side": "left"}))
+    texts = ["short text", "start words " + "filler " * 40 + "the very end"]
+    assert_close(embed(folder, tmp_path, texts), st_embeddings(folder, texts))
+    from ortformer.runtime import Runtime
+    from ortformer.runtime.describe import describe
+
+    rt = Runtime(tmp_path / "m.onnx", "cpu")
+    assert rt.truncation_side == "left" and describe(tmp_path / "m.onnx")["text"]["truncation_side"] == "left"
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "truncation_side": "middle"}))
+    with pytest.raises(CheckpointError, match="truncation_side='middle'; valid: 'left' or 'right'"):
+        load_any(folder)

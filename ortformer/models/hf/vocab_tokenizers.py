@@ -146,3 +146,24 @@ def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None
         tokenizer.save(str(target))
         _built[key] = target
     return _built[key]
+
+
+def truncating_side(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
+    """``tokenizer_path``, or a copy whose truncation direction is "left" when the folder's
+    tokenizer_config.json says truncation_side "left" (transformers then keeps a long text's
+    end): the tokenizer file carries it, and TextEncoder cuts from the side the file names."""
+    config = next((d / "tokenizer_config.json" for d in (tokenizer_path.parent, model_dir, root)
+                   if (d / "tokenizer_config.json").is_file()), None)
+    side = read_json(config).get("truncation_side", "right") if config else "right"
+    if side not in ("left", "right"):
+        raise CheckpointError(f"{config}: truncation_side={side!r}; valid: 'left' or 'right'")
+    if side == "right":
+        return tokenizer_path
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.enable_truncation(max_length=(tokenizer.truncation or {}).get("max_length", 512), direction="left")
+    target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
+    atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
+    tokenizer.save(str(target))
+    return target
