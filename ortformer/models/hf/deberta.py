@@ -26,8 +26,8 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, split_dropped
-from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, disentangled_tables, position_pair,
-                         query_scale)
+from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, drop_unused, embedding_shapes,
+                         embedding_tensors, position_pair, query_scale)
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
 
 WHAT = "DeBERTa "
@@ -54,14 +54,7 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
 def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """transformers' DebertaModel tensor name -> shape (without dropped heads)."""
     f, ffn = cfg.hidden_size, cfg.ffn_size
-    out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f),
-           "embeddings.LayerNorm.weight": (f,), "embeddings.LayerNorm.bias": (f,)}
-    if cfg.positions == "learned":
-        out["embeddings.position_embeddings.weight"] = (cfg.max_positions, f)
-    if cfg.type_vocab_size:
-        out["embeddings.token_type_embeddings.weight"] = (cfg.type_vocab_size, f)
-    if cfg.disentangled_buckets:
-        out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
+    out = embedding_shapes(cfg)
     linears = {"attention.output.dense": (f, f), "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
     if cfg.disentangled_buckets:
         linears["attention.self.pos_q_proj"] = (f, f)
@@ -79,16 +72,9 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
     """Check a DeBERTa state dict and rename it: in_proj regrouped into [Q; K; V] (Q times
     ``scale``), q_bias / v_bias around a zero K bias, pos_q_proj and pos_proj as the position pair."""
     kept, dropped = split_dropped(raw, "deberta.", DROPPED_PREFIXES)
-    if cfg.positions != "learned" and kept.pop("embeddings.position_embeddings.weight", None) is not None:
-        dropped = sorted([*dropped, "embeddings.position_embeddings.weight"])  # built, never used
+    dropped = drop_unused(kept, dropped, cfg)
     check_tensors(kept, shapes(cfg), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
-    out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],
-           "norm.weight": kept["embeddings.LayerNorm.weight"], "norm.bias": kept["embeddings.LayerNorm.bias"]}
-    if cfg.positions == "learned":
-        out["positions.table.weight"] = kept["embeddings.position_embeddings.weight"]
-    if cfg.type_vocab_size:
-        out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
-    out.update(disentangled_tables(kept, cfg))
+    out = embedding_tensors(kept, cfg)
     h, f = cfg.num_heads, cfg.hidden_size
     for i in range(cfg.num_layers):
         p, q = f"encoder.layer.{i}.", f"blocks.{i}."

@@ -116,9 +116,9 @@ def _convolution(hf: dict) -> dict:
     return {"conv_kernel_size": kernel, "conv_groups": hf.get("conv_groups", 1), "conv_activation": act}
 
 
-def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
-    """transformers' DebertaV2Model tensor name -> shape (without dropped heads)."""
-    f, ffn = cfg.hidden_size, cfg.ffn_size
+def embedding_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """The embeddings' and the relative table's tensor name -> shape (DeBERTa v1 and v2 alike)."""
+    f = cfg.hidden_size
     out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f),
            "embeddings.LayerNorm.weight": (f,), "embeddings.LayerNorm.bias": (f,)}
     if cfg.positions == "learned":
@@ -129,6 +129,40 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
         out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
     if cfg.disentangled_buckets and cfg.disentangled_norm:
         out["encoder.LayerNorm.weight"] = out["encoder.LayerNorm.bias"] = (f,)
+    return out
+
+
+def drop_unused(kept: Tensors, dropped: list[str], cfg: EncoderConfig) -> list[str]:
+    """Move out of ``kept`` the tensors transformers builds or keeps but never uses (a position
+    table without position_biased_input, the relative table's LayerNorm without relative
+    attention); return ``dropped`` with their names."""
+    unused = [] if cfg.positions == "learned" else ["embeddings.position_embeddings.weight"]
+    if not (cfg.disentangled_buckets and cfg.disentangled_norm):
+        unused += ["encoder.LayerNorm.weight", "encoder.LayerNorm.bias"]
+    gone = [name for name in unused if kept.pop(name, None) is not None]
+    return sorted([*dropped, *gone]) if gone else dropped
+
+
+def embedding_tensors(kept: Tensors, cfg: EncoderConfig) -> Tensors:
+    """The embeddings and the relative table (with its LayerNorm) under the encoder's names."""
+    out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],
+           "norm.weight": kept["embeddings.LayerNorm.weight"], "norm.bias": kept["embeddings.LayerNorm.bias"]}
+    if cfg.positions == "learned":
+        out["positions.table.weight"] = kept["embeddings.position_embeddings.weight"]
+    if cfg.type_vocab_size:
+        out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
+    if cfg.disentangled_buckets:
+        out["disentangled.table.weight"] = kept["encoder.rel_embeddings.weight"]
+    if cfg.disentangled_buckets and cfg.disentangled_norm:
+        out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
+        out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
+    return out
+
+
+def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """transformers' DebertaV2Model tensor name -> shape (without dropped heads)."""
+    f, ffn = cfg.hidden_size, cfg.ffn_size
+    out = embedding_shapes(cfg)
     if cfg.conv_kernel_size:
         out["encoder.conv.conv.weight"] = (f, f // cfg.conv_groups, cfg.conv_kernel_size)
         out["encoder.conv.conv.bias"] = out["encoder.conv.LayerNorm.weight"] = out["encoder.conv.LayerNorm.bias"] = (f,)
@@ -146,22 +180,9 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
     """Check a DeBERTa-v2 state dict and rename it: q/k/v fused, W_Q and b_Q times ``scale``
     (query_scale: 1/sqrt(3) with both position terms)."""
     kept, dropped = split_dropped(raw, "deberta.", DROPPED_PREFIXES)
-    # tensors transformers builds or keeps but never uses: a position table without
-    # position_biased_input, the relative table's LayerNorm without relative attention
-    unused = [] if cfg.positions == "learned" else ["embeddings.position_embeddings.weight"]
-    if not (cfg.disentangled_buckets and cfg.disentangled_norm):
-        unused += ["encoder.LayerNorm.weight", "encoder.LayerNorm.bias"]
-    for name in unused:
-        if kept.pop(name, None) is not None:
-            dropped = sorted([*dropped, name])
+    dropped = drop_unused(kept, dropped, cfg)
     check_tensors(kept, shapes(cfg), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
-    out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],
-           "norm.weight": kept["embeddings.LayerNorm.weight"], "norm.bias": kept["embeddings.LayerNorm.bias"]}
-    if cfg.positions == "learned":
-        out["positions.table.weight"] = kept["embeddings.position_embeddings.weight"]
-    if cfg.type_vocab_size:
-        out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
-    out.update(disentangled_tables(kept, cfg))
+    out = embedding_tensors(kept, cfg)
     if cfg.conv_kernel_size:
         out.update({"conv.weight": kept["encoder.conv.conv.weight"], "conv.bias": kept["encoder.conv.conv.bias"],
                     "conv_norm.weight": kept["encoder.conv.LayerNorm.weight"],
@@ -174,17 +195,6 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
             out.update(position_pair(kept[p + "pos_query_proj.weight"], kept[p + "pos_query_proj.bias"],
                                      kept[p + "pos_key_proj.weight"], kept[p + "pos_key_proj.bias"], i, scale))
     return out, dropped
-
-
-def disentangled_tables(kept: Tensors, cfg: EncoderConfig) -> Tensors:
-    """The relative table (and its LayerNorm) under the encoder's names."""
-    if not cfg.disentangled_buckets:
-        return {}
-    out = {"disentangled.table.weight": kept["encoder.rel_embeddings.weight"]}
-    if cfg.disentangled_norm:
-        out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
-        out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
-    return out
 
 
 def position_pair(query_weight, query_bias, key_weight, key_bias, layer: int, scale: float) -> Tensors:
