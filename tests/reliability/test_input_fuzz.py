@@ -202,7 +202,8 @@ def oracle(rt, kwargs: dict) -> dict | None:
     if any(name not in rt.input_names for name in given) or rt.main_input not in given:
         return None
     main = to_array(given[rt.main_input])
-    if main is None or main.size == 0:
+    # zero rows of a real length is an empty batch, answered with zero rows; any other empty array is refused
+    if main is None or (main.size == 0 and not (main.ndim >= 2 and main.shape[0] == 0 and all(main.shape[1:]))):
         return None
     if cfg.takes_ids:
         if main.ndim != 2 or not safe_int(main):
@@ -239,7 +240,12 @@ def oracle(rt, kwargs: dict) -> dict | None:
 
 
 def direct(rt, feeds: dict) -> dict:
-    """onnxruntime itself, bypassing the Runtime's validation."""
+    """onnxruntime itself, bypassing the Runtime's validation; for zero rows, the contract's
+    declared shapes with a batch of 0 (the session is not asked)."""
+    rows, length = feeds[contract.ATTENTION_MASK].shape if contract.ATTENTION_MASK in feeds else (1, 1)
+    if rows == 0:
+        return {name: np.zeros([0, *(length if axis == contract.SEQUENCE_AXIS else axis for axis in shape[1:])],
+                               np.float32) for name, shape in contract.output_shapes(rt.config).items()}
     return dict(zip(rt.output_names, rt._session.run(rt.output_names, feeds)))
 
 
