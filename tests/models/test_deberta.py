@@ -64,21 +64,19 @@ def test_sequence_classifier_keeps_its_pooler_and_labels(tmp_path):
     config = tiny_config(num_labels=3, pooler_hidden_act="gelu_new", id2label={0: "neg", 1: "neu", 2: "pos"},
                          label2id={"neg": 0, "neu": 1, "pos": 2})
     folder = save_hf(transformers.DebertaForSequenceClassification, config, tmp_path / "m", seed=3)
-    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    loaded = load_any(folder)  # the head's ONNX path is the other families' (test_classifier_heads.py)
     cfg = loaded.config
     assert (cfg.classifier_labels, cfg.classifier_dense, cfg.classifier_per_token) == (3, "gelu_tanh", False)
+    assert loaded.labels == ("neg", "neu", "pos")
     import torch
 
-    from ortformer.runtime import Runtime
-
     model = transformers.DebertaForSequenceClassification.from_pretrained(folder).eval()
-    ids = np.array([[1, 5, 7, 9, 2, 0], [1, 8, 2, 0, 0, 0]], dtype=np.int64)
-    mask = (ids != 0).astype(np.int64)
+    ids = torch.tensor([[1, 5, 7, 9, 2, 0], [1, 8, 2, 0, 0, 0]])
+    mask = (ids != 0).long()
     with torch.no_grad():
-        want = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.numpy()
-    got = Runtime(path).run(ids, mask)["logits"]
-    np.testing.assert_allclose(got, want, atol=2e-4)
-    assert Runtime(path).labels == ["neg", "neu", "pos"]
+        want = model(input_ids=ids, attention_mask=mask).logits
+        got = loaded.model(ids, mask)["logits"]
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
 
 
 def test_tokenizer_built_from_vocab_and_merges_equals_transformers(saved, tmp_path):
@@ -119,11 +117,11 @@ def test_v2_folders_with_v1_relative_attention_equal_transformers(tmp_path):
         pos_att_type=["p2c", "c2p"], share_att_key=False, norm_rel_ebd="none", position_biased_input=False,
         type_vocab_size=0)
     folder = save_hf(transformers.DebertaV2Model, config, tmp_path / "m", seed=4)
-    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    loaded = load_any(folder)  # eager: the ONNX path is v1's, exported above
     cfg = loaded.config
     assert (cfg.disentangled_buckets, cfg.disentangled_max_distance, cfg.disentangled_projections,
             cfg.disentangled_norm) == (10, 0, "separate", False)
-    assert assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), path, pad_id=0) >= 12
+    assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
 
 
 @pytest.mark.parametrize("change, message", [
