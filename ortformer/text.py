@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 import threading
 import warnings
-from pathlib import Path
 from collections.abc import Iterable, Mapping
-from typing import Sequence
+from pathlib import Path
 
 from .checks import check_int
 from .errors import InputError, MissingExtraError, ModelFileError

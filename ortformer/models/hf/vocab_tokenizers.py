@@ -159,9 +159,14 @@ def truncating_side(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
         raise CheckpointError(f"{config}: truncation_side={side!r}; valid: 'left' or 'right'")
     if side == "right":
         return tokenizer_path
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:  # the 'text' extra: without it the model takes token ids, and export says so
+        return tokenizer_path
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    except Exception as exc:  # the tokenizers library refuses the file: as built_tokenizer reports it
+        raise CheckpointError(f"cannot read the tokenizer {tokenizer_path}: {exc}") from None
     tokenizer.enable_truncation(max_length=(tokenizer.truncation or {}).get("max_length", 512), direction="left")
     target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
     atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
