@@ -400,8 +400,8 @@ def info(ctx, model, as_json, sequence_length):
         click.echo(f"  {part:<20} {count:>14,}")
     flops = {k: v for k, v in report["flops"].items() if k not in ("sequence_length", "total")}
     n = report["flops"]["sequence_length"]
-    beyond = (f"; the model takes at most {config['max_positions'] - config['position_offset']}"
-              if config["positions"] == "learned" and n > config["max_positions"] - config["position_offset"] else "")
+    beyond = (f"; the model takes at most {report['max_sequence']}"
+              if config["positions"] == "learned" and n > report["max_sequence"] else "")
     click.echo(f"flops       {report['flops']['total']:,} per sequence of {n} tokens{beyond} "
                f"({', '.join(f'{k} {v:,}' for k, v in flops.items())})")
     click.echo(f"parity      {format_report(report['parity'])}")

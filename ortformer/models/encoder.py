@@ -23,8 +23,7 @@ class Block(nn.Module):
         self.pre_norm = cfg.norm_position == "pre"
         self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
                                             bias=cfg.bias, causal=cfg.causal, head_size=cfg.attention_head_size,
-                                            position_projections=bool(cfg.disentangled_buckets)
-                                            and cfg.disentangled_projections == "separate")
+                                            position_projections=cfg.disentangled_projections == "separate")
         # with embedding_norm the first block's input is already normalised (ModernBERT)
         self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)

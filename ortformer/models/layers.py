@@ -205,7 +205,7 @@ def log_bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch
 
 
 class DisentangledPositions(nn.Module):
-    """The relative table of disentangled attention (DeBERTa-v2/v3), shared by every layer.
+    """The relative table of disentangled attention (DeBERTa), shared by every layer.
 
     forward(n) -> (R, I): R = norm(table) (2S, F) (the table as stored without
     disentangled_norm); I (N, N) int64 with I[i, j] = clamp(bucket(i - j) + S, 0, 2S - 1)

@@ -24,8 +24,9 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
     The model is opened with provider "auto" (every file check applies, and whether CUDA
     really loads is seen, not guessed). Keys: path, files {path: bytes}, format, version,
     source, config, inputs, outputs, parameters {total, per part}, flops {sequence_length,
-    total, per part}, parity, providers {available, usable, cuda_unusable_reason}, family,
-    prompts, labels, text {tokenizer, max_length, lowercase, unavailable}, int8 and optimized.
+    total, per part}, max_sequence, parity, providers {available, usable, cuda_unusable_reason},
+    family, prompts, labels, text {tokenizer, max_length, lowercase, unavailable, truncation_side},
+    int8 and optimized.
     """
     with warnings.catch_warnings():  # an unusable tokenizer is reported under "text" instead
         warnings.simplefilter("ignore", TextUnavailableWarning)
@@ -58,6 +59,7 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "outputs": [s.to_dict() for s in file.outputs],
         "parameters": {"total": parameter_count(cfg), **parameter_breakdown(cfg)},
         "flops": {"sequence_length": n, "total": sum(flops.values()), **flops},
+        "max_sequence": cfg.max_sequence,  # the longest sequence the model takes
         "parity": runtime.parity,
         # int8 files: the scheme and the weight MatMuls kept in float, with why (validated on read)
         "int8": json.loads(runtime.metadata[contract.META_INT8]) if contract.META_INT8 in runtime.metadata else None,

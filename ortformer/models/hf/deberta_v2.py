@@ -169,7 +169,7 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     linears = {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
                "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
                "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
-    if cfg.disentangled_buckets and cfg.disentangled_projections == "separate":
+    if cfg.disentangled_projections == "separate":  # the config allows it with disentangled_buckets only
         linears.update({"attention.self.pos_query_proj": (f, f), "attention.self.pos_key_proj": (f, f)})
     for i in range(cfg.num_layers):
         out.update(layer_shapes(f"encoder.layer.{i}.", linears, ("attention.output.LayerNorm", "output.LayerNorm"), f))
@@ -189,7 +189,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
                     "conv_norm.bias": kept["encoder.conv.LayerNorm.bias"]})
     qkv = ("attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj")
     out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, scale))
-    if cfg.disentangled_buckets and cfg.disentangled_projections == "separate":
+    if cfg.disentangled_projections == "separate":  # the config allows it with disentangled_buckets only
         for i in range(cfg.num_layers):
             p = f"encoder.layer.{i}.attention.self."
             out.update(position_pair(kept[p + "pos_query_proj.weight"], kept[p + "pos_query_proj.bias"],

@@ -141,11 +141,16 @@ def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None
             raise CheckpointError(f"cannot build a tokenizer from the files in {folder}: {exc}") from None
         if tokenizer is None:  # a kind the builders do not convert: the model takes token ids
             return None
-        target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
-        atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
-        tokenizer.save(str(target))
-        _built[key] = target
+        _built[key] = saved_for_process(tokenizer)
     return _built[key]
+
+
+def saved_for_process(tokenizer) -> Path:
+    """``tokenizer`` saved as tokenizer.json in a temporary folder that lives as long as the process."""
+    target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
+    atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
+    tokenizer.save(str(target))
+    return target
 
 
 def truncating_side(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
@@ -168,7 +173,4 @@ def truncating_side(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
     except Exception as exc:  # the tokenizers library refuses the file: as built_tokenizer reports it
         raise CheckpointError(f"cannot read the tokenizer {tokenizer_path}: {exc}") from None
     tokenizer.enable_truncation(max_length=(tokenizer.truncation or {}).get("max_length", 512), direction="left")
-    target = Path(tempfile.mkdtemp(prefix="ortformer-tokenizer-")) / "tokenizer.json"
-    atexit.register(shutil.rmtree, target.parent, ignore_errors=True)
-    tokenizer.save(str(target))
-    return target
+    return saved_for_process(tokenizer)
