@@ -425,3 +425,17 @@ def missing_tokenizer_note(folder) -> str | None:
 def find_tokenizer(model_dir: Path, root: Path) -> Path | None:
     """tokenizer.json in the Transformer module's folder, else the root, else None."""
     return next((d / TOKENIZER_NAME for d in (model_dir, root) if (d / TOKENIZER_NAME).is_file()), None)
+
+
+def default_rope_theta(rope: dict, fallback: float, what: str, where: str = "rope_parameters") -> float:
+    """The theta of config.json's ``where`` (a rope_parameters entry; ``fallback`` when it has
+    none), CheckpointError unless it describes the default rope over the whole head."""
+    refuse(rope, "rope_type", ("default",), "default", f"{what}{where} in ")
+    extra = sorted(set(rope) - {"rope_type", "rope_theta", "partial_rotary_factor"})
+    if extra or rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise CheckpointError(f"{what}config.json {where} sets {', '.join(extra) or 'partial_rotary_factor'}; "
+                              "ortformer implements the default rope over the whole head (rope_type and rope_theta)")
+    theta = rope.get("rope_theta", fallback)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise CheckpointError(f"{what}config.json rope_theta={theta!r} is not supported; it must be a number > 0")
+    return float(theta)

@@ -42,6 +42,10 @@ SEQUENCE_HEADS = {
     "deberta": HeadLayout("pooler.dense", "classifier", "gelu"),  # activation: pooler_hidden_act
     "mpnet": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "albert": HeadLayout("albert.pooler", "classifier", "tanh"),
+    "nomic_bert": HeadLayout("nomic_bert.pooler.dense", "classifier", "tanh"),
+    "gte": HeadLayout("gte.pooler.dense", "classifier", "tanh"),
+    "new": HeadLayout("new.pooler.dense", "classifier", "tanh"),  # GTE's original NewForSequenceClassification
+    "jina_embeddings_v3": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
 }
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 

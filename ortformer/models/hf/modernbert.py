@@ -30,7 +30,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
-from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, refuse, require
 
 WHAT = "ModernBERT "
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -81,12 +81,7 @@ def rope_thetas(hf: dict) -> dict[str, float]:
         rope = params.get(kind) or {}
         if not isinstance(rope, dict):
             raise CheckpointError(f"{WHAT}config.json rope_parameters[{kind!r}]={rope!r:.80} is not supported")
-        refuse(rope, "rope_type", ("default",), "default", f"{WHAT}rope_parameters[{kind!r}] in ")
-        extra = sorted(set(rope) - {"rope_type", "rope_theta"})
-        if extra:
-            raise CheckpointError(f"{WHAT}config.json rope_parameters[{kind!r}] sets {', '.join(extra)}; ortformer "
-                                  "implements the default rope (rope_type and rope_theta only)")
-        thetas[kind] = rope["rope_theta"] if "rope_theta" in rope else hf.get(old_key, default)
+        thetas[kind] = default_rope_theta(rope, hf.get(old_key, default), WHAT, f"rope_parameters[{kind!r}]")
     return thetas
 
 

@@ -103,7 +103,7 @@ def byte_bpe_tokenizer(folder: Path, specials: dict[str, str] = ROBERTA_SPECIALS
 
 # config.json model_type -> (builder, the files it reads besides the tokenizer configs)
 BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpiece_tokenizer, ("vocab.txt",)),
-            "electra": (wordpiece_tokenizer, ("vocab.txt",)),
+            "electra": (wordpiece_tokenizer, ("vocab.txt",)), "nomic_bert": (wordpiece_tokenizer, ("vocab.txt",)),
             "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "deberta-v2": (deberta_tokenizer, ("spm.model",)),
             "deberta": (lambda folder: byte_bpe_tokenizer(folder, DEBERTA_SPECIALS), ("vocab.json", "merges.txt")),

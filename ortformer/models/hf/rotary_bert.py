@@ -1,0 +1,237 @@
+"""Import the rotary post-norm BERTs of embedding models: NomicBERT (``nomic_bert``:
+nomic-embed-text), GTE (``gte``, and ``new``, the model_type of Alibaba-NLP's own
+gte-*-v1.5 / gte-multilingual folders) and Jina embeddings v3 (``jina_embeddings_v3``).
+
+All three are, in transformers' terms (JinaEmbeddingsV3Layer):
+
+    e = LN_emb(word + type);  per layer:  x = LN_1(x + O(attn(x)));  x = LN_2(x + mlp(x))
+
+with rotate-half rotary positions at the sequence index (theta from rope_parameters), the
+scores scaled by 1/sqrt(D): ortformer's post-norm softmax encoder with positions="rotary".
+They differ in the MLP and in which Linears carry a bias:
+
+- NomicBERT: SwiGLU, down(silu(fc12 x) * fc11 x), no Linear biases (LayerNorms have them);
+- GTE: GeGLU, down(gelu(gate) * up) with ``up_gate_proj`` rows [up; gate], biases on the
+  attention and on ``down_proj`` only;
+- Jina v3: plain fc2(act(fc1 x)), biases everywhere.
+
+ortformer's one ``bias`` field covers every Linear, so a Linear saved without a bias gets a
+zero bias (exact; one add per Linear). Its gated up projection is rows [a; g] with act(a),
+so the activated half goes first. A single token type (type_vocab_size 1) adds one vector
+to every token: it is folded into the token table, and the model takes no token_type_ids.
+
+The weights are read as transformers saves them, which is also how the Hub folders hold
+them (NomicBERT's ``attn.Wqkv`` / ``mlp.fc11``, GTE's ``qkv_proj``, Jina's ``mixer.Wqkv``).
+Folders written for the original remote code carry other config keys: NomicBERT's GPT-2
+style ``n_embd`` / ``n_head`` / ``rotary_emb_base`` ..., GTE's ``model_type: new`` with
+``rope_theta``; both are read, and what they describe beyond the layout above (pre-norm,
+interleaved or partial rotary, NTK scaling, ...) is refused by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...config import EncoderConfig
+from ...errors import CheckpointError
+from ..loaded import Loaded
+from ..weights import Tensors, check_tensors
+from .activations import ACTIVATIONS
+from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
+                     transformer_dir)
+
+MODEL_TYPES = ("nomic_bert", "gte", "new", "jina_embeddings_v3")
+REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+# prefixes of task models' base model, and heads an encoder does not use
+PREFIXES = ("nomic_bert.", "gte.", "new.", "roberta.", "bert.")
+DROPPED = ("pooler.", "lm_head.", "cls.", "classifier.", "qa_outputs.")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a family keeps each tensor (names under encoder layer i) and which have biases."""
+    what: str
+    embed_norm: str
+    layer: str  # prefix of layer i, with {i}
+    qkv: str
+    out: str
+    norms: tuple[str, str]
+    up: tuple[str, ...]  # gated: (activated half, other half) as saved; plain: (fc1,)
+    down: str
+    biased: frozenset  # which of "qkv", "out", "up", "down" are saved with a bias
+    gte_up_gate: bool = False  # GTE saves the gated halves as one Linear, rows [up; gate]
+
+
+ALL = frozenset({"qkv", "out", "up", "down"})
+NOMIC = dict(embed_norm="emb_ln", layer="encoder.layers.{i}.", qkv="attn.Wqkv", out="attn.out_proj",
+             norms=("norm1", "norm2"), down="mlp.fc2")
+GTE = Layout("GTE ", "embeddings.LayerNorm", "encoder.layer.{i}.", "attention.qkv_proj", "attention.o_proj",
+             ("attn_ln", "mlp_ln"), ("mlp.up_gate_proj",), "mlp.down_proj", frozenset({"qkv", "out", "down"}),
+             gte_up_gate=True)
+JINA = Layout("Jina v3 ", "emb_ln", "encoder.layers.{i}.", "mixer.Wqkv", "mixer.out_proj", ("norm1", "norm2"),
+              ("mlp.fc1",), "mlp.fc2", ALL)
+DEFAULTS = {  # transformers' defaults where config.json leaves a key out
+    "nomic_bert": dict(theta=1000.0, act="silu", types=2, eps=1e-12, positions=2048),
+    "gte": dict(theta=160000.0, act="gelu", types=1, eps=1e-12, positions=8192),
+    "new": dict(theta=10000.0, act="gelu", types=0, eps=1e-12, positions=8192),
+    "jina_embeddings_v3": dict(theta=20000.0, act="gelu", types=1, eps=1e-5, positions=8194),
+}
+# the original NomicBERT config's GPT-2 style names -> transformers' names
+NOMIC_LEGACY_KEYS = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
+                     "n_inner": "intermediate_size", "n_positions": "max_position_embeddings",
+                     "layer_norm_epsilon": "layer_norm_eps", "rotary_emb_base": "rope_theta"}
+# original NomicBERT flags and the value of the layout above
+NOMIC_LEGACY_FIXED = {"prenorm": False, "parallel_block": False, "rotary_emb_fraction": 1.0,
+                      "rotary_emb_interleaved": False, "use_rms_norm": False, "rotary_scaling_factor": None,
+                      "rotary_emb_scale_base": None, "causal": False, "scale_attn_by_inverse_layer_idx": False,
+                      "scale_attn_weights": True}
+GTE_LEGACY_FIXED = {"position_embedding_type": "rope", "layer_norm_type": "layer_norm", "pack_qkv": True,
+                    "logn_attention_scale": False}
+
+
+def read_nomic_legacy(hf: dict) -> tuple[dict, Layout]:
+    """transformers-named config of an original NomicBERT config.json, and its layout."""
+    for key, value in NOMIC_LEGACY_FIXED.items():
+        refuse(hf, key, (value,), value, "NomicBERT ")
+    out = {**hf, **{new: hf[old] for old, new in NOMIC_LEGACY_KEYS.items() if hf.get(old) is not None}}
+    multiple = hf.get("pad_vocab_size_multiple") or 1
+    if isinstance(out.get("vocab_size"), int) and isinstance(multiple, int) and multiple > 1:
+        out["vocab_size"] = -(-out["vocab_size"] // multiple) * multiple  # the table is padded to a multiple
+    act = hf.get("activation_function", "swiglu")
+    if act not in ("swiglu", "gelu", "relu"):
+        raise CheckpointError(f"NomicBERT config.json activation_function={act!r} is not supported; "
+                              "ortformer implements 'swiglu', 'gelu' and 'relu'")
+    out["hidden_act"] = "silu" if act == "swiglu" else act
+    biased = {name for name, key in (("qkv", "qkv_proj_bias"), ("up", "mlp_fc1_bias"), ("down", "mlp_fc2_bias"))
+              if hf.get(key, False)}
+    if hf.get("qkv_proj_bias", False):
+        biased.add("out")  # the original attention keeps one bias flag for Wqkv and out_proj
+    up = ("mlp.fc12", "mlp.fc11") if act == "swiglu" else ("mlp.fc1",)
+    return out, Layout("NomicBERT ", up=up, biased=frozenset(biased), **NOMIC)
+
+
+def read_layout(hf: dict) -> tuple[dict, Layout]:
+    """(config with transformers' key names, weight layout) of a config.json of MODEL_TYPES."""
+    model_type = hf.get("model_type")
+    if model_type == "nomic_bert":
+        if "n_embd" in hf:
+            return read_nomic_legacy(hf)
+        return hf, Layout("NomicBERT ", up=("mlp.fc12", "mlp.fc11"), biased=frozenset(), **NOMIC)
+    if model_type == "new":
+        for key, value in GTE_LEGACY_FIXED.items():
+            refuse(hf, key, (value,), value, "GTE ")
+        return hf, GTE
+    return hf, GTE if model_type == "gte" else JINA
+
+
+def rope_theta(hf: dict, default: float, what: str) -> float:
+    """The default rope's theta, from rope_parameters or the older rope_theta key."""
+    refuse(hf, "rope_scaling", (None,), None, what)
+    refuse(hf, "partial_rotary_factor", (None, 1, 1.0), None, what)
+    params = hf.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
+    return default_rope_theta(params, hf.get("rope_theta", default), what)
+
+
+def rotary_config(hf: dict, common: dict) -> EncoderConfig:
+    hf, layout = read_layout(hf)
+    what, defaults = layout.what, DEFAULTS[hf["model_type"]]
+    require(hf, what.strip(), REQUIRED)
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            raise CheckpointError(f"{what}config.json {flag}=true is not supported; ortformer imports bidirectional encoders only")
+    refuse(hf, "hidden_act", tuple(ACTIVATIONS), defaults["act"], what)
+    types = hf.get("type_vocab_size", defaults["types"])
+    if isinstance(types, bool) or not isinstance(types, int) or types < 0:
+        raise CheckpointError(f"{what}config.json type_vocab_size={types!r} is not supported; it must be an int >= 0")
+    heads = hf["num_attention_heads"]
+    head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
+        raise CheckpointError(f"{what}config.json head_dim={head_dim!r} is not supported; it must be an int >= 1")
+    return make_config(
+        what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
+        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
+        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=len(layout.up) == 2 or layout.gte_up_gate,
+        attention="softmax", norm="layernorm", norm_position="post",
+        activation=ACTIVATIONS[hf.get("hidden_act", defaults["act"])], positions="rotary",
+        rotary_theta=rope_theta(hf, defaults["theta"], what),
+        max_positions=hf.get("max_position_embeddings", defaults["positions"]),
+        type_vocab_size=types if types > 1 else 0, norm_eps=hf.get("layer_norm_eps", defaults["eps"]), **common)
+
+
+def saved_shapes(cfg: EncoderConfig, layout: Layout, types: int) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape as the folder saves them (without task heads)."""
+    f, ffn, a = cfg.hidden_size, cfg.ffn_size, cfg.head_size * cfg.num_heads
+    shapes = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f),
+              layout.embed_norm + ".weight": (f,), layout.embed_norm + ".bias": (f,)}
+    if types:
+        shapes["embeddings.token_type_embeddings.weight"] = (types, f)
+    up_rows = 2 * ffn if layout.gte_up_gate else ffn
+    for i in range(cfg.num_layers):
+        p = layout.layer.format(i=i)
+        linears = {"qkv": [(layout.qkv, 3 * a, f)], "out": [(layout.out, f, a)],
+                   "up": [(name, up_rows, f) for name in layout.up], "down": [(layout.down, f, ffn)]}
+        for kind, entries in linears.items():
+            for name, rows, cols in entries:
+                shapes[p + name + ".weight"] = (rows, cols)
+                if kind in layout.biased:
+                    shapes[p + name + ".bias"] = (rows,)
+        for norm in layout.norms:
+            shapes[p + norm + ".weight"], shapes[p + norm + ".bias"] = (f,), (f,)
+    return shapes
+
+
+def linear(kept: Tensors, name: str, biased: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of a saved Linear; a zero bias where it was saved without one."""
+    weight = kept[name + ".weight"]
+    return weight, kept[name + ".bias"] if biased else torch.zeros(weight.shape[0], dtype=weight.dtype)
+
+
+def map_weights(layout: Layout, types: int, raw: Tensors, cfg: EncoderConfig, what: str, duplicates):
+    """Check a state dict of ``layout`` and map it to Encoder names (see the module docstring)."""
+    kept, dropped = {}, []
+    for name, tensor in raw.items():
+        short = next((name[len(p):] for p in PREFIXES if name.startswith(p)), name)
+        if short.startswith(DROPPED) or short.endswith("inv_freq"):
+            dropped.append(name)
+        else:
+            kept[short] = tensor
+    check_tensors(kept, saved_shapes(cfg, layout, types), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    tokens = kept["embeddings.word_embeddings.weight"]
+    if types == 1:  # one type row: the same vector added to every token
+        tokens = tokens.float() + kept["embeddings.token_type_embeddings.weight"][0].float()
+    out = {"tokens.weight": tokens, "norm.weight": kept[layout.embed_norm + ".weight"],
+           "norm.bias": kept[layout.embed_norm + ".bias"]}
+    if types > 1:
+        out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
+    for i in range(cfg.num_layers):
+        p, q = layout.layer.format(i=i), f"blocks.{i}."
+        pairs = {"attention.qkv": linear(kept, p + layout.qkv, "qkv" in layout.biased),
+                 "attention.out": linear(kept, p + layout.out, "out" in layout.biased),
+                 "ffn.down": linear(kept, p + layout.down, "down" in layout.biased)}
+        ups = [linear(kept, p + name, "up" in layout.biased) for name in layout.up]
+        if layout.gte_up_gate:  # rows [up; gate] -> [gate; up]: the activated half first
+            weight, bias = ups[0]
+            ups = [(w, b) for w, b in zip(weight.chunk(2)[::-1], bias.chunk(2)[::-1])]
+        pairs["ffn.up"] = (torch.cat([w for w, _ in ups]), torch.cat([b for _, b in ups]))
+        for ours, (weight, bias) in pairs.items():
+            out[q + ours + ".weight"], out[q + ours + ".bias"] = weight, bias
+        for ours, theirs in zip(("norm1", "norm2"), layout.norms):
+            out[q + ours + ".weight"], out[q + ours + ".bias"] = kept[p + theirs + ".weight"], kept[p + theirs + ".bias"]
+    return out, sorted(dropped)
+
+
+def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a NomicBERT, GTE or Jina v3 folder as an ortformer Encoder."""
+    hf, layout = read_layout(read_json(transformer_dir(Path(folder)) / "config.json"))
+    types = hf.get("type_vocab_size", DEFAULTS[hf["model_type"]]["types"])
+
+    def weights(raw, cfg, what, duplicates):
+        return map_weights(layout, types, raw, cfg, what, duplicates)
+
+    family = {"nomic_bert": "nomic_bert", "jina_embeddings_v3": "jina_embeddings_v3"}.get(hf["model_type"], "gte")
+    return import_folder(folder, family=family, build=rotary_config, map_weights=weights,
+                         pooling=pooling, normalize=normalize, name=name)
