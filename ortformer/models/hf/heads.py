@@ -46,6 +46,7 @@ SEQUENCE_HEADS = {
     "gte": HeadLayout("gte.pooler.dense", "classifier", "tanh"),
     "new": HeadLayout("new.pooler.dense", "classifier", "tanh"),  # GTE's original NewForSequenceClassification
     "jina_embeddings_v3": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "eurobert": HeadLayout("dense", "classifier", "gelu"),  # pooling: classifier_pooling (_eurobert_pooling)
 }
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 
@@ -172,7 +173,19 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
             raise CheckpointError(f"{what} config.json pooler_hidden_size={hf.get('pooler_hidden_size')!r} differs "
                                   f"from hidden_size={hf.get('hidden_size')!r}; ortformer's head keeps the width")
         layout = HeadLayout(layout.dense, layout.out, act)
+    elif model_type == "eurobert" and not per_token:
+        layout = HeadLayout(layout.dense, layout.out, layout.activation, pooling=_eurobert_pooling(hf, what))
     return ClassifierHead(per_token, layout, _labels(hf, what))
+
+
+def _eurobert_pooling(hf: dict, what: str) -> str:
+    """EuroBERT's classifier_pooling "bos" (the first token) or "mean" before its Dense; "late"
+    (the Dense and the classifier on every token, then the mean of the logits) is not built."""
+    pooling = hf.get("classifier_pooling", "late")
+    if pooling not in ("bos", "mean"):
+        raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; ortformer "
+                              "builds 'bos' and 'mean' (pool, then the Dense head), not 'late' (the mean of per-token logits)")
+    return "cls" if pooling == "bos" else "mean"
 
 
 def _modernbert_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
