@@ -31,7 +31,7 @@ def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: 
     model = model_cls(config).eval()
     with torch.no_grad():  # LayerNorm weights/biases away from 1/0, so a mapping slip shows
         for name, p in model.named_parameters():
-            if "norm" in name.lower() and p.ndim == 1:
+            if ("norm" in name.lower() or name.endswith((".ln.weight", ".ln.bias"))) and p.ndim == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(str(folder), safe_serialization=safetensors)
     if not safetensors and not (folder / "pytorch_model.bin").is_file():

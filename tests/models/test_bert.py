@@ -245,7 +245,7 @@ def test_sentence_transformers_cls_pooling(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported; ortformer imports albert, bert, camembert, deberta, deberta-v2, distilbert"),
+    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported; ortformer imports albert, bert, camembert, data2vec-text, deberta, deberta-v2, distilbert"),
     ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key' is not supported; "
                                                   "ortformer implements 'absolute'"),
     ({"position_embedding_type": "relative_key_query"}, "position_embedding_type='relative_key_query'"),

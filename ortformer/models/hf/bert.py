@@ -100,12 +100,14 @@ def hf_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     return bert_layout_shapes(cfg, cfg.type_vocab_size)
 
 
-def split_dropped(tensors: Tensors, prefix: str = "bert.", dropped_prefixes=DROPPED_PREFIXES) -> tuple[Tensors, list[str]]:
-    """Strip the base-model prefix (task-head checkpoints), rename old gamma/beta
-    LayerNorm names, and set aside the tensors an encoder does not use."""
+def split_dropped(tensors: Tensors, prefix: str | tuple[str, ...] = "bert.",
+                  dropped_prefixes=DROPPED_PREFIXES) -> tuple[Tensors, list[str]]:
+    """Strip the base-model prefix (task-head checkpoints; the first of several that matches),
+    rename old gamma/beta LayerNorm names, and set aside the tensors an encoder does not use."""
+    prefixes = (prefix,) if isinstance(prefix, str) else prefix
     kept, dropped = {}, []
     for name, tensor in tensors.items():
-        short = name.removeprefix(prefix)
+        short = next((name[len(p):] for p in prefixes if name.startswith(p)), name)
         if short.startswith(dropped_prefixes) or short in DROPPED_BUFFERS:
             dropped.append(name)
             continue
@@ -160,7 +162,7 @@ def post_norm_layers(hf: Tensors, layers: int, qkv: tuple[str, str, str], names,
     return out
 
 
-def map_bert_layout(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, *, prefix: str = "bert.",
+def map_bert_layout(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, *, prefix: str | tuple[str, ...] = "bert.",
                     dropped_prefixes=DROPPED_PREFIXES, hf_types: int | None = None) -> tuple[Tensors, list[str]]:
     """Check a BERT-layout state dict and map it; hf_types rows of token types in the
     file (default: the config's); one row with none in the config is folded (RoBERTa)."""

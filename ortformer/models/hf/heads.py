@@ -46,7 +46,11 @@ SEQUENCE_HEADS = {
     "gte": HeadLayout("gte.pooler.dense", "classifier", "tanh"),
     "new": HeadLayout("new.pooler.dense", "classifier", "tanh"),  # GTE's original NewForSequenceClassification
     "jina_embeddings_v3": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
-    "eurobert": HeadLayout("dense", "classifier", "gelu"),  # pooling: classifier_pooling (_eurobert_pooling)
+    "eurobert": HeadLayout("dense", "classifier", "gelu"),
+    "data2vec-text": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "xlm-roberta-xl": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "megatron-bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
+    "ernie": HeadLayout("ernie.pooler.dense", "classifier", "tanh"),  # pooling: classifier_pooling (_eurobert_pooling)
 }
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 

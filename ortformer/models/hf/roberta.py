@@ -1,4 +1,4 @@
-"""Import RoBERTa, XLM-RoBERTa and CamemBERT folders (one architecture, three model_types).
+"""Import RoBERTa, XLM-RoBERTa, CamemBERT and data2vec-text folders (one architecture, four model_types).
 
 The layers are BERT's (same weight names under a ``roberta.`` prefix); the embeddings
 differ in two ways, both expressed as EncoderConfig fields:
@@ -19,13 +19,18 @@ from ..loaded import Loaded
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
 
-MODEL_TYPES = ("roberta", "xlm-roberta", "camembert")
+MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "data2vec-text")
 # task heads of RobertaFor... checkpoints
 DROPPED_PREFIXES = ("pooler.", "lm_head.", "classifier.", "qa_outputs.")
 
 
 def roberta_config(hf: dict, common: dict) -> EncoderConfig:
     what = f"{hf.get('model_type')} "
+    return make_config(what.strip(), **roberta_fields(hf, what), **common)
+
+
+def roberta_fields(hf: dict, what: str) -> dict:
+    """EncoderConfig fields of RoBERTa's layout: BERT's, with RoBERTa's positions and types."""
     check_bert_layout(hf, what)
     pad = hf.get("pad_token_id", 1)
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
@@ -36,16 +41,16 @@ def roberta_config(hf: dict, common: dict) -> EncoderConfig:
     if isinstance(types, bool) or not isinstance(types, int) or types < 1:
         raise CheckpointError(f"{what}config.json type_vocab_size={types!r} is not supported; it must be an int >= 1")
     fields.update(position_offset=pad + 1, position_ids="kept", type_vocab_size=0 if types == 1 else types)
-    return make_config(what.strip(), **fields, **common)
+    return fields
 
 
 def map_weights(raw, cfg: EncoderConfig, what: str, duplicates):
     # type_vocab_size 0 in the config means the file's single type row was folded
-    return map_bert_layout(raw, cfg, what, duplicates, prefix="roberta.", dropped_prefixes=DROPPED_PREFIXES,
+    return map_bert_layout(raw, cfg, what, duplicates, prefix=("roberta.", "data2vec_text."), dropped_prefixes=DROPPED_PREFIXES,
                            hf_types=cfg.type_vocab_size or 1)
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import a RoBERTa / XLM-RoBERTa / CamemBERT folder as an ortformer Encoder."""
+    """Import a RoBERTa / XLM-RoBERTa / CamemBERT / data2vec-text folder as an ortformer Encoder."""
     return import_folder(folder, family="roberta", build=roberta_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)

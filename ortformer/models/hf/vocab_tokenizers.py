@@ -104,6 +104,9 @@ def byte_bpe_tokenizer(folder: Path, specials: dict[str, str] = ROBERTA_SPECIALS
 # config.json model_type -> (builder, the files it reads besides the tokenizer configs)
 BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpiece_tokenizer, ("vocab.txt",)),
             "electra": (wordpiece_tokenizer, ("vocab.txt",)), "nomic_bert": (wordpiece_tokenizer, ("vocab.txt",)),
+            "ernie": (wordpiece_tokenizer, ("vocab.txt",)), "megatron-bert": (wordpiece_tokenizer, ("vocab.txt",)),
+            "data2vec-text": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
+            "xlm-roberta-xl": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
             "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "deberta-v2": (deberta_tokenizer, ("spm.model",)),
             "deberta": (lambda folder: byte_bpe_tokenizer(folder, DEBERTA_SPECIALS), ("vocab.json", "merges.txt")),
