@@ -98,6 +98,10 @@ class EncoderConfig:
     max_positions: int = 512
     # segment embeddings (BERT's token_type_ids); 0 disables the input
     type_vocab_size: int = 0
+    # ESM's token dropout at inference, -1 = off: rows of this token id (<mask>) are zeroed and every
+    # token embedding scaled by (1 - 0.15 x 0.8) / (1 - the sequence's share of such tokens among its
+    # kept ones), as ESM-2 was trained with 15% of tokens masked, 80% of them by <mask>
+    token_dropout_id: int = -1
     # width of the token embedding; 0 = hidden_size. Otherwise embeddings (and their norm) are
     # this wide and a Linear projects them to hidden_size (ELECTRA's embeddings_project)
     embedding_size: int = 0
@@ -198,6 +202,9 @@ class EncoderConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 < value < 1):
                 raise ConfigError(f"{name}={value} must be a finite number in (0, 1)")
+        if not -1 <= self.token_dropout_id < max(self.vocab_size, 0):
+            raise ConfigError(f"token_dropout_id={self.token_dropout_id} must be -1 (off) or a token id below "
+                              f"vocab_size={self.vocab_size}")
         if self.vocab_size == 0 and self.type_vocab_size:
             raise ConfigError("type_vocab_size needs token input: set vocab_size > 0 or type_vocab_size = 0")
         if self.normalize_embeddings and self.pooling == "none":

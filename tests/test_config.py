@@ -116,3 +116,10 @@ def test_convolution_fields_that_cannot_work_are_refused_by_name(changes, messag
     with pytest.raises(ConfigError, match=message):
         preset("tiny", **changes)
     assert preset("tiny", conv_kernel_size=3, conv_groups=4, conv_activation="gelu").conv_kernel_size == 3
+
+
+@pytest.mark.parametrize("changes", [{"token_dropout_id": -2}, {"token_dropout_id": 100}, {"token_dropout_id": 3, "vocab_size": 0}])
+def test_token_dropout_id_must_be_off_or_a_token(changes):
+    with pytest.raises(ConfigError, match=r"token_dropout_id=-?\d+ must be -1 \(off\) or a token id below vocab_size="):
+        preset("tiny", **changes)
+    assert preset("tiny", token_dropout_id=99).token_dropout_id == 99

@@ -54,6 +54,7 @@ class Encoder(nn.Module):
 
     Embeddings, E = embedding_size or F:
       e = tokens + types + positions                       (B, N, E)
+      (tokens after ESM's token dropout when token_dropout_id is set: see token_dropout)
       e = norm(e) when post-norm; embed_norm(e) when embedding_norm (pre-norm)
       x = project(e) when embedding_size is set (E -> F, ELECTRA), else e
     With conv_kernel_size, after the first block x = norm(x + act(conv(e))) (DeBERTa-v2 xlarge).
@@ -97,6 +98,8 @@ class Encoder(nn.Module):
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
         x = self.tokens(inputs) if self.tokens is not None else inputs  # (B, N, E)
+        if cfg.token_dropout_id >= 0:
+            x = token_dropout(x, inputs == cfg.token_dropout_id, attention_mask)
         if self.types is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(inputs)
             x = x + self.types(types)
@@ -157,6 +160,21 @@ class Encoder(nn.Module):
         if self.classifier_norm is not None:
             h = self.classifier_norm(h)
         return self.classifier(h)
+
+
+# the share of tokens ESM replaced by <mask> in training (15% chosen, 80% of those masked)
+ESM_MASKED_SHARE = 0.15 * 0.8
+
+
+def token_dropout(x: torch.Tensor, masked: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """ESM's token dropout at inference: e_i = 0 where masked, and every row scaled by
+    (1 - 0.12) / (1 - r), r = masked kept tokens / kept tokens of its sequence.
+    x (B, N, E), masked and attention_mask (B, N). A sequence whose kept tokens are all masked
+    has only zero rows, so its scale is taken as 1 (transformers would divide by zero)."""
+    keep = attention_mask != 0
+    share = (masked & keep).sum(1).to(x.dtype) / keep.sum(1).clamp(min=1).to(x.dtype)  # (B,)
+    scale = (1 - ESM_MASKED_SHARE) / torch.where(share < 1, 1 - share, torch.ones_like(share))
+    return x.masked_fill(masked[..., None], 0.0) * scale[:, None, None]
 
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:

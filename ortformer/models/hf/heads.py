@@ -50,7 +50,8 @@ SEQUENCE_HEADS = {
     "data2vec-text": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "xlm-roberta-xl": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "megatron-bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
-    "ernie": HeadLayout("ernie.pooler.dense", "classifier", "tanh"),  # pooling: classifier_pooling (_eurobert_pooling)
+    "ernie": HeadLayout("ernie.pooler.dense", "classifier", "tanh"),
+    "esm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),  # pooling: classifier_pooling (_eurobert_pooling)
 }
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 

@@ -1,5 +1,5 @@
-"""Import the pre-norm BERTs: XLM-RoBERTa-XL / -XXL (``xlm-roberta-xl``) and Megatron-BERT
-(``megatron-bert``).
+"""Import the pre-norm BERTs: XLM-RoBERTa-XL / -XXL (``xlm-roberta-xl``), Megatron-BERT
+(``megatron-bert``) and ESM-2 protein language models (``esm``).
 
 Both keep BERT's weights and names but move the LayerNorms in front of each sublayer:
 
@@ -9,6 +9,13 @@ Both keep BERT's weights and names but move the LayerNorms in front of each subl
 with no LayerNorm on the embeddings: ortformer's pre-norm encoder (its ``norm`` is the final
 LayerNorm). XLM-R-XL counts positions as RoBERTa does (position_offset = pad_token_id + 1 over
 kept tokens, one token type folded into the position table); Megatron-BERT as BERT does.
+
+ESM has no token types and GELU (erf) whatever hidden_act says; ESM-2 rotates q and k
+(rotate-half at the sequence index; ESM scales q by 1/sqrt(D) before the rotation, which is the
+same product), older ESM folders keep a learned table counted as RoBERTa's. ``token_dropout``
+(ESM-2) becomes ``token_dropout_id = mask_token_id`` (encoder.token_dropout). ESM-1b / ESM-1v
+(``emb_layer_norm_before``: a LayerNorm on the embeddings ahead of layer 0's own) and ESMFold are
+refused by name.
 """
 from __future__ import annotations
 
@@ -16,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...config import EncoderConfig
+from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import DROPPED_PREFIXES as BERT_DROPPED
 from .bert import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
-from .folder import HF_DTYPES, import_folder, make_config, read_json, transformer_dir
+from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
+                     transformer_dir)
 from .roberta import DROPPED_PREFIXES as ROBERTA_DROPPED
 from .roberta import roberta_fields
 
@@ -35,8 +44,10 @@ class Names:
     final: str
 
 
+ESM_DROPPED = ("pooler.", "contact_head.", "lm_head.", "classifier.", "qa_outputs.")
 XL = Names("XLM-RoBERTa-XL", "roberta.", ROBERTA_DROPPED, "attention.self_attn_layer_norm", "LayerNorm", "encoder.LayerNorm")
 MEGATRON = Names("Megatron-BERT", "bert.", BERT_DROPPED, "attention.ln", "ln", "encoder.ln")
+ESM = Names("ESM", "esm.", ESM_DROPPED, "attention.LayerNorm", "LayerNorm", "encoder.emb_layer_norm_after")
 
 
 def megatron_config(hf: dict, common: dict) -> EncoderConfig:
@@ -48,11 +59,38 @@ def xl_config(hf: dict, common: dict) -> EncoderConfig:
     return make_config("XLM-RoBERTa-XL", **{**roberta_fields(hf, "XLM-RoBERTa-XL "), "norm_position": "pre"}, **common)
 
 
+def esm_config(hf: dict, common: dict) -> EncoderConfig:
+    what = "ESM "
+    refuse(hf, "is_folding_model", (False, None), False, what)
+    refuse(hf, "emb_layer_norm_before", (False, None), None, what)
+    refuse(hf, "position_embedding_type", ("rotary", "absolute"), "absolute", what)
+    for flag in ("is_decoder", "add_cross_attention"):
+        refuse(hf, flag, (False,), False, what)
+    require(hf, "ESM", ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                        "max_position_embeddings"))
+    fields = {**bert_fields({**hf, "hidden_act": "gelu"}), "norm_position": "pre", "type_vocab_size": 0}
+    if hf.get("position_embedding_type", "absolute") == "rotary":
+        fields.update(positions="rotary", rotary_theta=default_rope_theta({}, hf.get("rope_theta", 10000.0), what))
+    else:  # ESM's own create_position_ids: RoBERTa's count of kept tokens after padding_idx
+        pad = hf.get("pad_token_id")
+        if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+            raise CheckpointError(f"{what}config.json pad_token_id={pad!r} is not supported; learned positions "
+                                  "start at pad_token_id + 1, so it must be an int >= 0")
+        fields.update(position_offset=pad + 1, position_ids="kept")
+    if hf.get("token_dropout"):
+        mask = hf.get("mask_token_id")
+        if isinstance(mask, bool) or not isinstance(mask, int):
+            raise CheckpointError(f"{what}config.json token_dropout=true needs an int mask_token_id, got {mask!r}")
+        fields["token_dropout_id"] = mask
+    return make_config("ESM", **fields, **common)
+
+
 def shapes(cfg: EncoderConfig, names: Names, hf_types: int) -> dict[str, tuple[int, ...]]:
     f, ffn = cfg.hidden_size, cfg.ffn_size
-    out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f),
-           "embeddings.position_embeddings.weight": (cfg.max_positions, f),
-           names.final + ".weight": (f,), names.final + ".bias": (f,)}
+    out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f), names.final + ".weight": (f,),
+           names.final + ".bias": (f,)}
+    if cfg.positions == "learned":
+        out["embeddings.position_embeddings.weight"] = (cfg.max_positions, f)
     if hf_types:
         out["embeddings.token_type_embeddings.weight"] = (hf_types, f)
     linears = {"attention.self.query": (f, f), "attention.self.key": (f, f), "attention.self.value": (f, f),
@@ -65,26 +103,29 @@ def shapes(cfg: EncoderConfig, names: Names, hf_types: int) -> dict[str, tuple[i
 def map_weights(names: Names, raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
     # XLM-R-XL's config type_vocab_size 0 means the file's single type row is folded into the positions
     hf_types = (cfg.type_vocab_size or 1) if names is XL else cfg.type_vocab_size
-    kept, dropped = split_dropped(raw, names.prefix, names.dropped)
+    rotary = [name for name in raw if name.endswith("rotary_embeddings.inv_freq")]  # ESM's angle buffers
+    kept, dropped = split_dropped({k: v for k, v in raw.items() if k not in rotary}, names.prefix, names.dropped)
     check_tensors(kept, shapes(cfg, names, hf_types), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
-    positions = kept["embeddings.position_embeddings.weight"]
-    if hf_types == 1 and not cfg.type_vocab_size:
-        positions = positions.float() + kept["embeddings.token_type_embeddings.weight"][0].float()
-    out = {"tokens.weight": kept["embeddings.word_embeddings.weight"], "positions.table.weight": positions,
+    out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],
            "norm.weight": kept[names.final + ".weight"], "norm.bias": kept[names.final + ".bias"]}
+    if cfg.positions == "learned":
+        positions = kept["embeddings.position_embeddings.weight"]
+        if hf_types == 1 and not cfg.type_vocab_size:
+            positions = positions.float() + kept["embeddings.token_type_embeddings.weight"][0].float()
+        out["positions.table.weight"] = positions
     if cfg.type_vocab_size:
         out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
     layer_names = (("attention.output.dense", "attention.out"), (names.norm1, "norm1"), ("intermediate.dense", "ffn.up"),
                    ("output.dense", "ffn.down"), (names.norm2, "norm2"))
     out.update(post_norm_layers(kept, cfg.num_layers, ("attention.self.query", "attention.self.key",
                                                        "attention.self.value"), layer_names))
-    return out, dropped
+    return out, sorted(dropped + rotary)
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import an XLM-RoBERTa-XL or Megatron-BERT folder as an ortformer Encoder."""
+    """Import an XLM-RoBERTa-XL, Megatron-BERT or ESM folder as an ortformer Encoder."""
     model_type = read_json(transformer_dir(Path(folder)) / "config.json").get("model_type")
-    names, build = (XL, xl_config) if model_type == "xlm-roberta-xl" else (MEGATRON, megatron_config)
+    names, build = {"xlm-roberta-xl": (XL, xl_config), "esm": (ESM, esm_config)}.get(model_type, (MEGATRON, megatron_config))
 
     def weights(raw, cfg, what, duplicates):
         return map_weights(names, raw, cfg, what, duplicates)

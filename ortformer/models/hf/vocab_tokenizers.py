@@ -16,6 +16,7 @@ RoBERTa (``vocab.json`` + ``merges.txt``):
     post-processor  <s> $A </s>  (RobertaProcessing, offsets trimmed)
 DeBERTa v1 (``vocab.json`` + ``merges.txt``): RoBERTa's byte-level BPE with BERT's specials
     and post-processor ([CLS] $A [SEP], pairs with token types).
+ESM (``vocab.txt``): see esm_tokenizer.
 
 with transformers' defaults where the config is silent. The file is built once per set of
 inputs into a temporary folder that lives as long as the process; export copies it beside
@@ -39,8 +40,42 @@ WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "
                       "mask_token": "[MASK]"}
 ROBERTA_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>",
                     "mask_token": "<mask>"}
+ESM_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<cls>", "eos_token": "<eos>",
+                "mask_token": "<mask>"}
 DEBERTA_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", **WORDPIECE_SPECIALS}
 _built: dict[str, Path] = {}  # digest of the files read -> the tokenizer.json built from them
+
+
+def read_vocab_txt(folder: Path) -> dict[str, int]:
+    """vocab.txt: one token a line, its id the line number (a repeated token keeps its last id)."""
+    try:
+        lines = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"cannot read {folder / 'vocab.txt'}: {exc}") from None
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's last newline ends the last token, it starts none
+    return {token.rstrip("\r"): index for index, token in enumerate(lines)}
+
+
+def esm_tokenizer(folder: Path):
+    """ESM's tokenizer: every vocabulary entry is matched wherever it occurs in the text (longest
+    first), what lies between is split at whitespace and each piece is one token or <unk>;
+    <cls> $A <eos>, pairs <cls> $A <eos> $B <eos> (EsmTokenizer)."""
+    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, processors
+    from tokenizers.models import WordLevel
+
+    vocab = read_vocab_txt(folder)
+    s = read_settings(folder, ESM_SPECIALS, ())
+    require_specials(folder, s, vocab, ("unk_token", "cls_token", "eos_token"))
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token=s["unk_token"]))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    special = {s[key] for key in ESM_SPECIALS}
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in vocab if t not in special])
+    cls, eos = s["cls_token"], s["eos_token"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {eos}", pair=f"{cls} $A {eos} $B {eos}", special_tokens=[(cls, vocab[cls]), (eos, vocab[eos])])
+    add_specials(tokenizer, s, ESM_SPECIALS, vocab)
+    return tokenizer
 
 
 def wordpiece_tokenizer(folder: Path):
@@ -48,13 +83,7 @@ def wordpiece_tokenizer(folder: Path):
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import WordPiece
 
-    try:
-        lines = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"cannot read {folder / 'vocab.txt'}: {exc}") from None
-    if lines and lines[-1] == "":
-        lines.pop()  # the file's last newline ends the last token, it starts none
-    vocab = {token.rstrip("\r"): index for index, token in enumerate(lines)}  # a repeated token keeps its last id
+    vocab = read_vocab_txt(folder)
     s = read_settings(folder, WORDPIECE_SPECIALS,
                   (("do_lower_case", True), ("tokenize_chinese_chars", True), ("strip_accents", None)))
     require_specials(folder, s, vocab)
@@ -104,7 +133,7 @@ def byte_bpe_tokenizer(folder: Path, specials: dict[str, str] = ROBERTA_SPECIALS
 # config.json model_type -> (builder, the files it reads besides the tokenizer configs)
 BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpiece_tokenizer, ("vocab.txt",)),
             "electra": (wordpiece_tokenizer, ("vocab.txt",)), "nomic_bert": (wordpiece_tokenizer, ("vocab.txt",)),
-            "ernie": (wordpiece_tokenizer, ("vocab.txt",)), "megatron-bert": (wordpiece_tokenizer, ("vocab.txt",)),
+            "ernie": (wordpiece_tokenizer, ("vocab.txt",)), "esm": (esm_tokenizer, ("vocab.txt",)), "megatron-bert": (wordpiece_tokenizer, ("vocab.txt",)),
             "data2vec-text": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "xlm-roberta-xl": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
             "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
