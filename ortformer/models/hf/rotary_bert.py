@@ -24,8 +24,9 @@ The weights are read as transformers saves them, which is also how the Hub folde
 them (NomicBERT's ``attn.Wqkv`` / ``mlp.fc11``, GTE's ``qkv_proj``, Jina's ``mixer.Wqkv``).
 Folders written for the original remote code carry other config keys: NomicBERT's GPT-2
 style ``n_embd`` / ``n_head`` / ``rotary_emb_base`` ..., GTE's ``model_type: new`` with
-``rope_theta``; both are read, and what they describe beyond the layout above (pre-norm,
-interleaved or partial rotary, NTK scaling, ...) is refused by name.
+``rope_theta`` and its fixed NTK ``rope_scaling`` (see rotary); both are read, and what they
+describe beyond the layout above (pre-norm, interleaved or partial rotary, logn scaling, ...) is
+refused by name.
 """
 from __future__ import annotations
 
@@ -126,14 +127,26 @@ def read_layout(hf: dict) -> tuple[dict, Layout]:
     return hf, GTE if model_type == "gte" else JINA
 
 
-def rope_theta(hf: dict, default: float, what: str) -> float:
-    """The default rope's theta, from rope_parameters or the older rope_theta key."""
-    refuse(hf, "rope_scaling", (None,), None, what)
+def rotary(hf: dict, default: float, head_size: int, what: str) -> tuple[float, float]:
+    """(rotary_theta, rotary_scale): the default rope's theta, from rope_parameters or the older
+    rope_theta key; GTE's original fixed NTK scaling ({"type": "ntk", "factor": f}: frequencies
+    (theta f)^(-2i/D) / f^(2/D), as its code computes them for every length) as theta x f and a
+    position scale f^(-2/D)."""
     refuse(hf, "partial_rotary_factor", (None, 1, 1.0), None, what)
     params = hf.get("rope_parameters") or {}
     if not isinstance(params, dict):
         raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
-    return default_rope_theta(params, hf.get("rope_theta", default), what)
+    theta = default_rope_theta(params, hf.get("rope_theta", default), what)
+    scaling = hf.get("rope_scaling")
+    if scaling is None:
+        return theta, 1.0
+    kind = scaling.get("type", scaling.get("rope_type")) if isinstance(scaling, dict) else None
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if (hf.get("model_type") != "new" or kind != "ntk" or set(scaling) - {"type", "rope_type", "factor"}
+            or isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1):
+        raise CheckpointError(f"{what}config.json rope_scaling={scaling!r:.120} is not supported; ortformer implements "
+                              "GTE's fixed NTK scaling ({'type': 'ntk', 'factor': f >= 1}, model_type 'new') or none")
+    return theta * factor, float(factor) ** (-2 / head_size)
 
 
 def rotary_config(hf: dict, common: dict) -> EncoderConfig:
@@ -151,13 +164,14 @@ def rotary_config(hf: dict, common: dict) -> EncoderConfig:
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     if isinstance(head_dim, bool) or not isinstance(head_dim, int):
         raise CheckpointError(f"{what}config.json head_dim={head_dim!r} is not supported; it must be an int >= 1")
+    theta, scale = rotary(hf, defaults["theta"], head_dim, what)
     return make_config(
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
         num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=len(layout.up) == 2 or layout.gte_up_gate,
         attention="softmax", norm="layernorm", norm_position="post",
         activation=ACTIVATIONS[hf.get("hidden_act", defaults["act"])], positions="rotary",
-        rotary_theta=rope_theta(hf, defaults["theta"], what),
+        rotary_theta=theta, rotary_scale=scale,
         max_positions=hf.get("max_position_embeddings", defaults["positions"]),
         type_vocab_size=types if types > 1 else 0, norm_eps=hf.get("layer_norm_eps", defaults["eps"]), **common)
 
