@@ -146,7 +146,7 @@ def test_original_gte_ntk_scaling_reads_as_its_frequencies(tmp_path):
     ({"rotary_emb_interleaved": True}, "rotary_emb_interleaved=True is not supported"),
     ({"rotary_emb_fraction": 0.5}, "rotary_emb_fraction=0.5 is not supported"),
     ({"rotary_scaling_factor": 2.0}, "rotary_scaling_factor=2.0 is not supported"),
-    ({"activation_function": "glu"}, "activation_function='glu' is not supported"),
+    ({"activation_function": "gelu"}, "activation_function='gelu' is not supported; ortformer implements 'swiglu'"),
     ({"qkv_proj_bias": True}, "missing .*attn.Wqkv.bias"),  # the flag says biases the file does not hold
 ])
 def test_original_nomic_configs_beyond_the_layout_are_refused(nomic, tmp_path, change, message):

@@ -100,17 +100,14 @@ def read_nomic_legacy(hf: dict) -> tuple[dict, Layout]:
     multiple = hf.get("pad_vocab_size_multiple") or 1
     if isinstance(out.get("vocab_size"), int) and isinstance(multiple, int) and multiple > 1:
         out["vocab_size"] = -(-out["vocab_size"] // multiple) * multiple  # the table is padded to a multiple
-    act = hf.get("activation_function", "swiglu")
-    if act not in ("swiglu", "gelu", "relu"):
-        raise CheckpointError(f"NomicBERT config.json activation_function={act!r} is not supported; "
-                              "ortformer implements 'swiglu', 'gelu' and 'relu'")
-    out["hidden_act"] = "silu" if act == "swiglu" else act
+    # every released NomicBERT is SwiGLU; the remote code's other MLPs are not read without an oracle
+    refuse(hf, "activation_function", ("swiglu",), "swiglu", "NomicBERT ")
+    out["hidden_act"] = "silu"
     biased = {name for name, key in (("qkv", "qkv_proj_bias"), ("up", "mlp_fc1_bias"), ("down", "mlp_fc2_bias"))
               if hf.get(key, False)}
     if hf.get("qkv_proj_bias", False):
         biased.add("out")  # the original attention keeps one bias flag for Wqkv and out_proj
-    up = ("mlp.fc12", "mlp.fc11") if act == "swiglu" else ("mlp.fc1",)
-    return out, Layout("NomicBERT ", up=up, biased=frozenset(biased), **NOMIC)
+    return out, Layout("NomicBERT ", up=("mlp.fc12", "mlp.fc11"), biased=frozenset(biased), **NOMIC)
 
 
 def read_layout(hf: dict) -> tuple[dict, Layout]:
