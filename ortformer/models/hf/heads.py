@@ -51,7 +51,8 @@ SEQUENCE_HEADS = {
     "xlm-roberta-xl": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "megatron-bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
     "ernie": HeadLayout("ernie.pooler.dense", "classifier", "tanh"),
-    "esm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),  # pooling: classifier_pooling (_eurobert_pooling)
+    "esm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "roformer": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),  # activation: hidden_act  # pooling: classifier_pooling (_eurobert_pooling)
 }
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 
@@ -178,6 +179,8 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
             raise CheckpointError(f"{what} config.json pooler_hidden_size={hf.get('pooler_hidden_size')!r} differs "
                                   f"from hidden_size={hf.get('hidden_size')!r}; ortformer's head keeps the width")
         layout = HeadLayout(layout.dense, layout.out, act)
+    elif model_type == "roformer" and not per_token:  # RoFormerClassificationHead applies hidden_act
+        layout = HeadLayout(layout.dense, layout.out, head_activation(hf.get("hidden_act", "gelu"), "hidden_act", what))
     elif model_type == "eurobert" and not per_token:
         layout = HeadLayout(layout.dense, layout.out, layout.activation, pooling=_eurobert_pooling(hf, what))
     return ClassifierHead(per_token, layout, _labels(hf, what))
