@@ -160,6 +160,7 @@ def test_original_nomic_configs_beyond_the_layout_are_refused(nomic, tmp_path, c
     ({"rope_scaling": {"type": "ntk", "factor": 2.0}}, "rope_scaling=.* is not supported"),  # only GTE's own code has it
     ({"model_type": "new", "logn_attention_scale": True}, "logn_attention_scale=True is not supported"),
     ({"model_type": "new", "position_embedding_type": "absolute"}, "position_embedding_type='absolute' is not supported"),
+    ({"position_embedding_type": "absolute"}, "position_embedding_type='absolute' is not supported"),  # remote-code "gte"
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10.0, "factor": 2.0}}, "rope_type='dynamic' is not supported"),
     ({"rope_parameters": {"rope_theta": 10.0, "partial_rotary_factor": 0.5}}, "sets partial_rotary_factor"),
     ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported"),

@@ -117,11 +117,11 @@ def read_layout(hf: dict) -> tuple[dict, Layout]:
         if "n_embd" in hf:
             return read_nomic_legacy(hf)
         return hf, Layout("NomicBERT ", up=("mlp.fc12", "mlp.fc11"), biased=frozenset(), **NOMIC)
-    if model_type == "new":
+    if model_type in ("new", "gte"):  # "gte" folders of the remote code (snowflake-arctic-embed-*-v2.0) keep its keys
         for key, value in GTE_LEGACY_FIXED.items():
             refuse(hf, key, (value,), value, "GTE ")
         return hf, GTE
-    return hf, GTE if model_type == "gte" else JINA
+    return hf, JINA
 
 
 def rotary(hf: dict, default: float, head_size: int, what: str) -> tuple[float, float]:
