@@ -145,6 +145,9 @@ class EncoderConfig:
     # causal attention: token i sees keys j <= i only (prefix sums for the linear family),
     # which also allows a streaming (RNN-form) export of the linear kernels
     causal: bool = False
+    # RMSNorm over each head's D features of q and k (learned (D,) weights, eps = norm_eps) before
+    # the rotary rotation and the scores (Qwen3): keeps q . k bounded whatever the projections
+    qk_norm: bool = False
     # epsilon inside LayerNorm/RMSNorm
     norm_eps: float = 1e-12
     # epsilon guarding the linear-family denominators against division by zero
@@ -388,13 +391,19 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
     if cfg.rotary_theta_local and cfg.positions != "rotary":
         raise ConfigError(f"rotary_theta_local needs positions='rotary', got positions={cfg.positions!r}")
+    if cfg.qk_norm and cfg.disentangled_buckets:
+        raise ConfigError("qk_norm with disentangled_buckets is not implemented: the disentangled scores read "
+                          "the projected q and k before any norm")
     if cfg.causal:
-        for name, on in (("positions='rotary'", cfg.positions == "rotary"),
+        # causal softmax rotates q and k before its masked scores; the linear family's causal
+        # kernels and their streaming form take absolute positions only
+        for name, on in (("positions='rotary'", cfg.positions == "rotary" and cfg.attention != "softmax"),
                          ("relative_attention_buckets", cfg.relative_attention_buckets),
                          ("local_window", cfg.local_window)):
             if on:
                 raise ConfigError(f"causal=True with {name} is not implemented: the causal kernels and their "
-                                  "streaming form take absolute positions only (learned, sinusoidal or none)")
+                                  "streaming form take absolute positions only (learned, sinusoidal or none; "
+                                  "softmax also rotary)")
     if cfg.local_window and cfg.global_every == 1:
         raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
 

@@ -134,3 +134,11 @@ def test_rotary_scale_must_be_positive_and_rotary(changes, message):
     with pytest.raises(ConfigError, match=message):
         preset("tiny", **changes)
     assert preset("tiny", positions="rotary", rotary_scale=0.5).rotary_scale == 0.5
+
+
+def test_causal_rotary_is_softmax_only_and_qk_norm_not_with_disentangled_attention():
+    assert preset("tiny", causal=True, positions="rotary", qk_norm=True).causal
+    with pytest.raises(ConfigError, match="causal=True with positions='rotary' is not implemented"):
+        preset("tiny", causal=True, positions="rotary", attention="linear")
+    with pytest.raises(ConfigError, match="qk_norm with disentangled_buckets is not implemented"):
+        preset("tiny", qk_norm=True, disentangled_buckets=8, disentangled_max_distance=16, positions="none")

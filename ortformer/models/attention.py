@@ -23,7 +23,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from . import linear_forms
-from .layers import rotate
+from .layers import RMSNorm, rotate
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
@@ -243,7 +243,8 @@ class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
     def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True,
-                 causal: bool = False, head_size: int | None = None, position_projections: bool = False):
+                 causal: bool = False, head_size: int | None = None, position_projections: bool = False,
+                 qk_norm_eps: float | None = None):
         super().__init__()
         self.num_heads = num_heads
         self.eps = eps
@@ -260,6 +261,10 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(self.inner, hidden_size, bias=bias)
         # disentangled attention with projections of its own (DeBERTa v1): rows [position queries; keys]
         self.positions = nn.Linear(hidden_size, 2 * self.inner) if position_projections else None
+        # Qwen3's per-head RMSNorm of q and k (qk_norm), one (D,) weight each
+        d = self.inner // num_heads
+        self.q_norm = RMSNorm(d, qk_norm_eps) if qk_norm_eps is not None else None
+        self.k_norm = RMSNorm(d, qk_norm_eps) if qk_norm_eps is not None else None
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -275,6 +280,9 @@ class MultiHeadAttention(nn.Module):
             scores_bias = self.disentangled_bias(*projected.split(f, dim=-1)[:2], *disentangled)  # (B, H, N, N)
         if self.fused:
             q, k, v = projected.split(f, dim=-1)  # each (B, N, A)
+            if self.q_norm is not None:  # over each head's D features: (B, N, H, D) views
+                q = self.q_norm(q.view(b, n, self.num_heads, -1)).view(b, n, f)
+                k = self.k_norm(k.view(b, n, self.num_heads, -1)).view(b, n, f)
             if rotary is not None:  # onnxruntime's RotaryEmbedding before the fused attention
                 cos, sin = rotary[0].to(q.dtype), rotary[1].to(q.dtype)
                 q, k = rotary_heads(q, cos, sin, self.num_heads), rotary_heads(k, cos, sin, self.num_heads)
@@ -289,7 +297,11 @@ class MultiHeadAttention(nn.Module):
             return self.out(out)
         qkv = projected.view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
-        if self.causal:  # the config refuses causal with rotary, a relative bias or windows
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.causal:  # the config refuses causal with a relative bias or windows, and rotary but for softmax
+            if rotary is not None:
+                q, k = rotate(q, *rotary), rotate(k, *rotary)
             heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
         elif scores_bias is not None:
             heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias, rotary)  # config: softmax only

@@ -1,0 +1,165 @@
+"""Import Llama-layer encoders: EuroBERT (``eurobert``, bidirectional) and Qwen3 (``qwen3``:
+Qwen3-Embedding, causal with last-token pooling).
+
+transformers' EuroBertModel / Qwen3Model, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
+
+    x = embed_tokens(ids);  per layer:  x = x + o(attn(n_1(x)));  x = x + down(act(gate(n_2 x)) * up(n_2 x))
+    out = n_final(x)
+
+with rotate-half rotary positions at the sequence index and scores scaled by 1/sqrt(D): ortformer's
+pre-norm ``rmsnorm`` encoder with a final norm, ``ffn_gated`` (rows [gate; up], the activated half
+first) and ``positions = "rotary"``. Qwen3 attends causally (token i sees j <= i) and RMS-normalises
+each head's q and k before the rotation (``qk_norm``). Grouped-query attention (num_key_value_heads <
+heads) is expanded: each K / V head's rows are repeated for the query heads that share it, which is
+what Llama's repeat_kv computes. One ``bias`` field covers every Linear: with ``attention_bias`` or
+``mlp_bias`` set, the Linears saved without a bias get a zero one (RMSNorm has none either way).
+
+Classifiers (EuroBERT): a per-token head is one Linear; a per-sequence head with
+``classifier_pooling`` "bos" or "mean" is W_o gelu(W_h v + b_h) + b_o on the first token or the
+mean. "late" (the mean of per-token logits) is refused. Qwen3's LM and score heads are dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...config import EncoderConfig
+from ...errors import CheckpointError
+from ..loaded import Loaded
+from ..weights import Tensors, check_tensors
+from .activations import ACTIVATIONS
+from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require, transformer_dir
+
+REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+# task heads of the For... checkpoints (the base model sits under "model.")
+DROPPED_PREFIXES = ("lm_head.", "dense.", "classifier.", "score.")
+ATTENTION, MLP = ("q", "k", "v", "o"), ("gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class Family:
+    what: str
+    causal: bool
+    qk_norm: bool
+    theta: float  # transformers' default rope theta
+    eps: float  # transformers' default rms_norm_eps
+
+
+FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5),
+            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6)}
+
+
+def kv_heads(hf: dict, what: str) -> int:
+    heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads") or hf["num_attention_heads"]
+    if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or heads % kv:
+        raise CheckpointError(f"{what}config.json num_key_value_heads={kv!r} is not supported; it must be an int "
+                              f"that divides num_attention_heads={heads}")
+    return kv
+
+
+def biases(hf: dict, what: str) -> tuple[bool, bool]:
+    """(attention Linears biased, MLP Linears biased) from attention_bias / mlp_bias."""
+    flags = tuple(hf.get(flag, False) for flag in ("attention_bias", "mlp_bias"))
+    if not all(isinstance(f, bool) for f in flags):
+        raise CheckpointError(f"{what}config.json attention_bias={flags[0]!r}, mlp_bias={flags[1]!r}: both must be "
+                              "true or false")
+    return flags
+
+
+def llama_config(hf: dict, common: dict) -> EncoderConfig:
+    family = FAMILIES[hf["model_type"]]
+    what = family.what
+    require(hf, what.strip(), REQUIRED)
+    refuse(hf, "hidden_act", tuple(ACTIVATIONS), "silu", what)
+    refuse(hf, "rope_scaling", (None,), None, what)
+    refuse(hf, "pretraining_tp", (1,), 1, what)
+    refuse(hf, "use_sliding_window", (False,), False, what)
+    layer_types = hf.get("layer_types") or []
+    if not isinstance(layer_types, list) or set(layer_types) - {"full_attention"}:
+        raise CheckpointError(f"{what}config.json layer_types={layer_types!r:.120} is not supported; ortformer "
+                              "implements full attention in every layer")
+    kv_heads(hf, what)
+    heads = hf["num_attention_heads"]
+    head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
+    params = hf.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
+    return make_config(
+        what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
+        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
+        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True, bias=any(biases(hf, what)),
+        attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
+        activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary",
+        rotary_theta=default_rope_theta(params, hf.get("rope_theta", family.theta), what),
+        max_positions=hf.get("max_position_embeddings", 8192), type_vocab_size=0,
+        norm_eps=hf.get("rms_norm_eps", family.eps), **common)
+
+
+def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
+    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP)."""
+    f, ffn, d = cfg.hidden_size, cfg.ffn_size, cfg.head_size
+    a = d * cfg.num_heads
+    shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,)}
+    linears = {"self_attn.q_proj": (a, f), "self_attn.k_proj": (kv * d, f), "self_attn.v_proj": (kv * d, f),
+               "self_attn.o_proj": (f, a), "mlp.gate_proj": (ffn, f), "mlp.up_proj": (ffn, f), "mlp.down_proj": (f, ffn)}
+    for i in range(cfg.num_layers):
+        p = f"layers.{i}."
+        for name, shape in linears.items():
+            shapes[p + name + ".weight"] = shape
+            if biased[0 if name.startswith("self_attn") else 1]:
+                shapes[p + name + ".bias"] = shape[:1]
+        shapes[p + "input_layernorm.weight"] = shapes[p + "post_attention_layernorm.weight"] = (f,)
+        if cfg.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (d,)
+    return shapes
+
+
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int,
+                biased: tuple[bool, bool]) -> tuple[Tensors, list[str]]:
+    """Check a state dict and map it: q, k, v fused (K, V heads repeated for GQA), zero biases
+    where a Linear has none and another has."""
+    kept, dropped = {}, []
+    for name, tensor in raw.items():
+        short = name.removeprefix("model.")
+        if short.startswith(DROPPED_PREFIXES) or short.endswith("inv_freq"):
+            dropped.append(name)
+        else:
+            kept[short] = tensor
+    check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    groups, d = cfg.num_heads // kv, cfg.head_size
+
+    def expand(t: torch.Tensor) -> torch.Tensor:  # (kv x D, ...) -> (H x D, ...), head h reads group h // groups
+        return t.reshape(kv, d, *t.shape[1:]).repeat_interleave(groups, dim=0).reshape(kv * groups * d, *t.shape[1:])
+
+    def part(p: str, name: str, kind: str) -> torch.Tensor:
+        key = f"{p}{name}.{kind}"
+        return kept[key] if kind == "weight" or key in kept else torch.zeros(kept[f"{p}{name}.weight"].shape[0])
+
+    out = {"tokens.weight": kept["embed_tokens.weight"], "norm.weight": kept["norm.weight"]}
+    for i in range(cfg.num_layers):
+        p, q = f"layers.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias") if cfg.bias else ("weight",):
+            attn = [part(p, f"self_attn.{n}_proj", kind) for n in "qkv"]
+            out[q + f"attention.qkv.{kind}"] = torch.cat([attn[0], expand(attn[1]), expand(attn[2])])
+            out[q + f"attention.out.{kind}"] = part(p, "self_attn.o_proj", kind)
+            out[q + f"ffn.up.{kind}"] = torch.cat([part(p, "mlp.gate_proj", kind), part(p, "mlp.up_proj", kind)])
+            out[q + f"ffn.down.{kind}"] = part(p, "mlp.down_proj", kind)
+        out[q + "norm1.weight"], out[q + "norm2.weight"] = kept[p + "input_layernorm.weight"], kept[p + "post_attention_layernorm.weight"]
+        if cfg.qk_norm:
+            out[q + "attention.q_norm.weight"] = kept[p + "self_attn.q_norm.weight"]
+            out[q + "attention.k_norm.weight"] = kept[p + "self_attn.k_norm.weight"]
+    return out, sorted(dropped)
+
+
+def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a EuroBERT or Qwen3 folder as an ortformer Encoder."""
+    hf = read_json(transformer_dir(Path(folder)) / "config.json")
+    what = FAMILIES[hf["model_type"]].what
+
+    def weights(raw, cfg, where, duplicates):
+        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, what), biases(hf, what))
+
+    return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
+                         pooling=pooling, normalize=normalize, name=name)
