@@ -24,27 +24,12 @@ def saved(tmp_path_factory):
     return folder, hf_reference(transformers.EuroBertModel, folder)
 
 
-def perturbed_norms(folder):
-    """RMSNorm weights away from 1 (save_hf moves LayerNorm's only), written back into the folder."""
-    from safetensors.torch import load_file, save_file
-
-    path = folder / "model.safetensors"
-    tensors = load_file(str(path))
-    generator = torch.Generator().manual_seed(0)
-    for name, tensor in tensors.items():
-        if name.endswith("norm.weight"):
-            tensors[name] = tensor + 0.1 * torch.randn(tensor.shape, generator=generator)
-    save_file(tensors, str(path), metadata={"format": "pt"})
-    return folder
-
-
 def test_eager_and_onnx_equal_transformers(saved, tmp_path):
-    perturbed_norms(saved[0])
     loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "eurobert"
     assert (cfg.norm, cfg.norm_position, cfg.ffn_gated, cfg.bias, cfg.positions) == ("rmsnorm", "pre", True, False, "rotary")
-    assert assert_matches_transformers(loaded, hf_reference(transformers.EuroBertModel, saved[0]), path, pad_id=0) >= 12
+    assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
 
 
 def test_grouped_heads_are_repeated_and_the_gate_goes_first(saved):
@@ -63,7 +48,7 @@ def test_grouped_heads_are_repeated_and_the_gate_goes_first(saved):
 def test_biases_and_wide_heads_equal_transformers(tmp_path):
     config = tiny_config(attention_bias=True, mlp_bias=True, head_dim=16, hidden_act="gelu",
                          rope_parameters={"rope_type": "default", "rope_theta": 250000.0})
-    folder = perturbed_norms(save_hf(transformers.EuroBertModel, config, tmp_path / "m", seed=2))
+    folder = save_hf(transformers.EuroBertModel, config, tmp_path / "m", seed=2)
     loaded = load_any(folder)
     assert (loaded.config.attention_head_size, loaded.config.rotary_theta) == (16, 250000.0)
     assert_matches_transformers(loaded, hf_reference(transformers.EuroBertModel, folder), None, pad_id=0)
