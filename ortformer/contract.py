@@ -31,6 +31,9 @@ META_PROMPTS = "ortformer.prompts"
 META_CHUNKED = "ortformer.chunked"
 # optional, int8 files: how they were quantized and which weight MatMuls stayed float, and why
 META_INT8 = "ortformer.int8"
+# optional (files from before it was written): "sha256:<hex>" over the graph's weights as exported
+# (modelfile.tensors_digest), so `ortformer check` sees bytes changed after the export
+META_WEIGHTS = "ortformer.weights"
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"

@@ -397,6 +397,41 @@ def _check_external_data(path: Path, model: onnx.ModelProto) -> dict[str, Path]:
     return files
 
 
+def file_weights_digest(path: str | os.PathLike) -> str:
+    """tensors_digest of the model file at ``path``, its external data checked to stay inside the folder."""
+    path = Path(path)
+    model = _load_proto(path)
+    return tensors_digest(model, _check_external_data(path, model))
+
+
+def tensors_digest(model: onnx.ModelProto, external: dict[str, Path] | None = None) -> str:
+    """"sha256:<hex>" over every tensor that holds data (initializers and constants, in graph order):
+    its name, data type, dims and bytes, inline or read from the external file ``external`` maps its
+    location to. Any changed weight byte changes it; metadata does not, nor where the bytes live."""
+    import hashlib
+
+    import onnx
+    from onnx import numpy_helper
+
+    digest = hashlib.sha256()
+    for tensor in all_tensors(model):
+        digest.update(f"{tensor.name}\0{tensor.data_type}\0{list(tensor.dims)}\0".encode())
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            digest.update(tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes())
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        remaining = int(info["length"]) if "length" in info else None
+        with open((external or {})[info["location"]], "rb") as data:
+            data.seek(int(info.get("offset", 0)))
+            while remaining is None or remaining > 0:
+                block = data.read(1 << 24 if remaining is None else min(1 << 24, remaining))
+                if not block:
+                    break
+                digest.update(block)
+                remaining = None if remaining is None else remaining - len(block)
+    return "sha256:" + digest.hexdigest()
+
+
 def tokenizer_path(model: ModelFile, missing_ok: bool = False) -> Path | None:
     """The tokenizer file named by the optional `ortformer.tokenizer` metadata, checked
     to lie inside the model's folder like external data (hard links allowed: its bytes never

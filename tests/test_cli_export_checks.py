@@ -9,6 +9,7 @@ import pytest
 
 from ortformer import contract, cost
 from ortformer.errors import ModelFileError, ParityError
+from ortformer.modelfile import file_weights_digest
 from ortformer.runtime import Runtime, read_model_file
 
 sys.path.insert(0, str(Path(__file__).parent / "scale"))
@@ -289,3 +290,38 @@ def test_sigterm_ends_an_export_as_ctrl_c_does_leaving_no_staging(tmp_path):
 def test_architecture_flags_with_from_are_a_usage_error(tmp_path):
     line = fail("export", "--from", tmp_path, "--layers", 3, "-o", tmp_path / "m.onnx", code=2)
     assert "--from takes the architecture from the checkpoint" in line
+
+
+def flipped_weight(src: Path, dest: Path) -> Path:
+    """``src`` with one bit of its largest initializer flipped; the metadata kept as it was."""
+    model = onnx.load(str(src))
+    tensor = max(model.graph.initializer, key=lambda t: len(t.raw_data))
+    raw = bytearray(tensor.raw_data)
+    raw[len(raw) // 2] ^= 0x01
+    tensor.raw_data = bytes(raw)
+    onnx.save(model, str(dest))
+    return dest
+
+
+def test_check_sees_a_weight_changed_after_export(tokens_model, tmp_path):
+    assert read_model_file(tokens_model).metadata[contract.META_WEIGHTS].startswith("sha256:")
+    assert "weights: as exported (digest matches)" in invoke("check", tokens_model).output
+    damaged = flipped_weight(tokens_model, tmp_path / "flipped.onnx")
+    assert "its weights differ from those it was exported with" in fail("check", damaged)
+
+
+def test_a_file_without_a_digest_is_checked_and_says_so(tokens_model, tmp_path):
+    model = onnx.load(str(tokens_model))  # as files exported before the digest was recorded
+    kept = [p for p in model.metadata_props if p.key != contract.META_WEIGHTS]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    onnx.save(model, str(tmp_path / "old.onnx"))
+    assert "weights: no digest recorded" in invoke("check", tmp_path / "old.onnx").output
+
+
+def test_optimize_records_the_copy_s_own_digest(tokens_model, tmp_path):
+    out = tmp_path / "opt.onnx"
+    invoke("optimize", tokens_model, "-o", out)
+    # the rewrites may fold or add weights: the copy records the digest of its own
+    assert read_model_file(out).metadata[contract.META_WEIGHTS] == file_weights_digest(out)
+    assert "weights: as exported (digest matches)" in invoke("check", out).output

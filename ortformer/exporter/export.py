@@ -22,7 +22,7 @@ from ..config import EncoderConfig
 from .. import cost
 from ..cost import parameter_count
 from ..errors import ExportError, ModelFileError, ParityError
-from ..modelfile import check_graph_io
+from ..modelfile import check_graph_io, file_weights_digest
 from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
 from .dynamo import export_program
@@ -269,6 +269,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
                                    text_lowercase)
             os.replace(quantized, staged.path)
             staged.rewrite_metadata({contract.META_INT8: json.dumps(record)})
+        # the weights as they will ship (after int8), for `ortformer check` to compare against later
+        staged.rewrite_metadata({contract.META_WEIGHTS: file_weights_digest(staged.path)})
         step()  # onnx.checker
         check_file(staged.path, cfg)
         if parity:

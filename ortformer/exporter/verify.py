@@ -16,7 +16,7 @@ from .. import contract
 from ..config import EncoderConfig
 from ..errors import ConfigError, ModelFileError, ParityError
 from ..models import Encoder, Loaded, build_encoder, load_any
-from ..modelfile import ModelFile, read_model_file, tokenizer_path
+from ..modelfile import ModelFile, file_weights_digest, read_model_file, tokenizer_path
 from ..text import check_tokenizer
 from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
@@ -98,8 +98,23 @@ def file_dtype(model_file: ModelFile) -> str:
     return dtype
 
 
+def check_weights(model_file: ModelFile) -> str:
+    """"ok" when the weights hash to the digest the export recorded (contract.META_WEIGHTS), "not
+    recorded" for a file without one; ModelFileError when they differ: bytes changed after export."""
+    recorded = model_file.metadata.get(contract.META_WEIGHTS)
+    if recorded is None:
+        return "not recorded"
+    found = file_weights_digest(model_file.path)
+    if found != recorded:
+        raise ModelFileError(f"{model_file.path}: its weights differ from those it was exported with "
+                             f"({contract.META_WEIGHTS} {recorded[:19]}..., the file now {found[:19]}...): "
+                             "the file or its data file was changed or damaged after export; export it again")
+    return "ok"
+
+
 def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
-    """Return {"path", "config", "source", "checker": "ok", "parity": report or None, "reference"}.
+    """Return {"path", "config", "source", "checker": "ok", "weights": "ok" | "not recorded",
+    "parity": report or None, "reference"}; the weights are hashed against the export's digest.
 
     Raises ModelFileError / ExportError for an invalid file, ParityError when the
     rerun grid fails the gate.
@@ -112,6 +127,7 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
         check_tokenizer(tokenizer, model_file.config.vocab_size)
     step("onnx.checker (full)")
     check_file(model_file.path, model_file.config)
+    weights = check_weights(model_file)
     if against is not None or _RANDOM_INIT.match(model_file.source):
         step("rebuilding the eager reference")
     reference, where, loaded = _reference(model_file, against, seed)
@@ -121,7 +137,7 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
             raise ConfigError(f"{path} reads texts otherwise than {against}: {'; '.join(found)}; "
                               f"re-export it from {against}")
     result = {"path": str(model_file.path), "config": model_file.config.to_dict(), "source": model_file.source,
-              "checker": "ok", "reference": where, "parity": None}
+              "checker": "ok", "weights": weights, "reference": where, "parity": None}
     if reference is None:
         return result
     step("parity grid against the reference")

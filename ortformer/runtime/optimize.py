@@ -19,7 +19,7 @@ import onnxruntime as ort
 from .. import contract
 from ..errors import ModelFileError
 from ..fsutil import copy_atomic, staged
-from ..modelfile import ModelFile, read_model_file, tokenizer_path
+from ..modelfile import ModelFile, read_model_file, tensors_digest, tokenizer_path
 from ..parity import GATES, compare, fold_worst, grid, make_inputs, passes
 
 META_OPTIMIZED = "ortformer.optimized"
@@ -72,6 +72,8 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
         options.optimized_model_filepath = str(tmp)
         ort.InferenceSession(str(source.path), options, providers=["CPUExecutionProvider"])
         model = onnx.load(str(tmp))
+        if contract.META_WEIGHTS in metadata:  # the rewrites fold and fuse weights: the copy records its own
+            metadata[contract.META_WEIGHTS] = tensors_digest(model)
         del model.metadata_props[:]
         for key, value in metadata.items():
             model.metadata_props.add(key=key, value=value)

@@ -10,10 +10,12 @@ import time
 import onnx
 import pytest
 
+from ortformer import contract
 from ortformer.config import preset
 from ortformer.exporter import export
 from ortformer.exporter.atomic import stage_model
 from ortformer.errors import ExportError
+from ortformer.modelfile import file_weights_digest
 from ortformer.runtime import read_model_file
 
 CHILD = textwrap.dedent("""
@@ -81,3 +83,13 @@ def test_external_data_pair_is_committed_data_first(tmp_path, monkeypatch, old_m
     second = export(preset("tiny"), path, parity=False, force=True, seed=1).files
     assert second[1] != first[1] and not first[1].exists() and second[1].exists()
     assert read_model_file(path).external_files == (second[1].resolve(),)
+    # the digest reads the side file's bytes: the same weights inline give the same digest
+    monkeypatch.setattr(atomic, "INLINE_LIMIT_BYTES", 1 << 40)
+    inline = export(preset("tiny"), tmp_path / "inline.onnx", parity=False, seed=1).files
+    assert len(inline) == 1
+    digests = [read_model_file(p).metadata[contract.META_WEIGHTS] for p in (path, inline[0])]
+    assert digests[0] == digests[1] == file_weights_digest(path)
+    data = bytearray(second[1].read_bytes())
+    data[len(data) // 2] ^= 0x01
+    second[1].write_bytes(bytes(data))
+    assert file_weights_digest(path) != digests[0]
