@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.folder import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
-from .hf.vocab_tokenizers import built_tokenizer, truncating_side
+from .hf.vocab_tokenizers import as_transformers_reads, built_tokenizer
 from .loaded import Loaded
 from .weights import find_weights, weights_source
 
@@ -43,7 +43,7 @@ def load_hf(folder, **options) -> Loaded:
         built = built_tokenizer(model_dir, root, model_type)
         loaded = dataclasses.replace(loaded, tokenizer=built) if built else loaded
     if loaded.tokenizer is not None:
-        loaded = dataclasses.replace(loaded, tokenizer=truncating_side(loaded.tokenizer, model_dir, root))
+        loaded = dataclasses.replace(loaded, tokenizer=as_transformers_reads(loaded.tokenizer, model_dir, root))
     return loaded
 
 

@@ -175,6 +175,34 @@ def test_a_cross_encoder_scores_text_pairs_as_transformers(tmp_path):
         np.testing.assert_allclose(cut, model(**short).logits.numpy(), atol=1e-4)
 
 
+def test_a_tokenizer_config_without_token_type_ids_scores_pairs_with_type_zero(tmp_path):
+    """transformers feeds no token types when tokenizer_config.json's model_input_names leaves them
+    out: the model sees type 0 for both texts, and so must the shipped tokenizer's pair template."""
+    folder = tmp_path / "m"
+    torch.manual_seed(2)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(vocab_size=30522, **SMALL))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+        model.bert.embeddings.token_type_embeddings.weight[1] *= 10  # type 1 moves every score
+    model.eval().save_pretrained(str(folder))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm.get_model_path() / name, folder / name)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "model_input_names": ["input_ids", "attention_mask"]}))
+    loaded = load_any(folder)
+    runtime = Runtime(export(loaded.model, tmp_path / "ce.onnx", **loaded.export_options()).path, "cpu")
+    queries, passages = ["what is a fox", "how tall is everest"], ["the quick brown fox", "everest is very tall"]
+    encoded = transformers.AutoTokenizer.from_pretrained(str(folder))(queries, passages, padding=True, return_tensors="pt")
+    assert "token_type_ids" not in encoded
+    with torch.no_grad():
+        want = model(**encoded).logits.numpy()
+        typed = model(**encoded, token_type_ids=(torch.cumsum(encoded["input_ids"] == 102, 1) > 0).long()
+                      * encoded["attention_mask"]).logits.numpy()
+    assert np.abs(typed - want).max() > 1e-2  # the types matter to this model: a type-1 second text would show
+    np.testing.assert_allclose(runtime.embed_texts(queries, pairs=passages), want, atol=1e-4)
+
+
 def test_a_plain_folder_truncates_at_its_tokenizers_model_max_length(tmp_path):
     """Without a sentence-transformers layout the tokenizer_config.json's model_max_length is
     the text length, as transformers' tokenizer(..., truncation=True) cuts."""

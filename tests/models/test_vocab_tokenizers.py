@@ -104,3 +104,29 @@ def test_roberta_vocab_and_merges_match_transformers(tmp_path, settings):
     (folder / "vocab.json").write_text(json.dumps({"<s>": 0, "</s>": "two"}))
     with pytest.raises(CheckpointError, match="must map tokens to integer ids"):
         load_any(folder)
+
+
+@pytest.mark.parametrize("processor", ["bert", "template", "sequence", "roberta"])
+def test_untyped_pairs_keep_the_ids_and_give_type_zero(processor):
+    import json
+
+    from tokenizers import Tokenizer, pre_tokenizers, processors
+    from tokenizers.models import WordLevel
+
+    from ortformer.models.hf.vocab_tokenizers import _untyped_pairs
+
+    tokenizer = Tokenizer(WordLevel({"a": 0, "b": 1, "[CLS]": 2, "[SEP]": 3, "[UNK]": 4}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    template = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                             special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer.post_processor = {
+        "bert": processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2)), "template": template,
+        "sequence": processors.Sequence([processors.ByteLevel(trim_offsets=False), template]),
+        "roberta": processors.RobertaProcessing(("[SEP]", 3), ("[CLS]", 2))}[processor]
+    before = tokenizer.encode("a b", "b a")
+    data = json.loads(tokenizer.to_str())
+    data["post_processor"] = _untyped_pairs(data["post_processor"])
+    after = Tokenizer.from_str(json.dumps(data)).encode("a b", "b a")
+    assert after.ids == before.ids and set(after.type_ids) == {0}
+    assert processor == "roberta" or set(before.type_ids) == {0, 1}  # the others gave the second text type 1
+    assert Tokenizer.from_str(json.dumps(data)).encode("a b").ids == tokenizer.encode("a b").ids

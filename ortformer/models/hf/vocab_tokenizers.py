@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -185,16 +186,25 @@ def saved_for_process(tokenizer) -> Path:
     return target
 
 
-def truncating_side(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
-    """``tokenizer_path``, or a copy whose truncation direction is "left" when the folder's
-    tokenizer_config.json says truncation_side "left" (transformers then keeps a long text's
-    end): the tokenizer file carries it, and TextEncoder cuts from the side the file names."""
+def as_transformers_reads(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
+    """``tokenizer_path``, or a copy that reads texts as transformers does by the folder's
+    tokenizer_config.json, where tokenizer.json alone would read them otherwise (TextEncoder reads
+    both from the file, so no metadata key is needed):
+
+    - ``truncation_side: "left"`` keeps a long text's end: truncation direction "left";
+    - ``model_input_names`` without "token_type_ids": transformers (and sentence-transformers'
+      CrossEncoder) then feed the model no token types, so it sees type 0 for both texts of a
+      pair: every pair template's type ids become 0.
+    """
     config = next((d / "tokenizer_config.json" for d in (tokenizer_path.parent, model_dir, root)
                    if (d / "tokenizer_config.json").is_file()), None)
-    side = read_json(config).get("truncation_side", "right") if config else "right"
+    settings = read_json(config) if config else {}
+    side = settings.get("truncation_side", "right")
     if side not in ("left", "right"):
         raise CheckpointError(f"{config}: truncation_side={side!r}; valid: 'left' or 'right'")
-    if side == "right":
+    names = settings.get("model_input_names")
+    untyped = isinstance(names, list) and "token_type_ids" not in names
+    if side == "right" and not untyped:
         return tokenizer_path
     try:
         from tokenizers import Tokenizer
@@ -202,7 +212,35 @@ def truncating_side(tokenizer_path: Path, model_dir: Path, root: Path) -> Path:
         return tokenizer_path
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        if untyped and tokenizer.post_processor is not None:
+            data = json.loads(tokenizer.to_str())
+            data["post_processor"] = _untyped_pairs(data["post_processor"])
+            tokenizer = Tokenizer.from_str(json.dumps(data))
     except Exception as exc:  # the tokenizers library refuses the file: as built_tokenizer reports it
         raise CheckpointError(f"cannot read the tokenizer {tokenizer_path}: {exc}") from None
-    tokenizer.enable_truncation(max_length=(tokenizer.truncation or {}).get("max_length", 512), direction="left")
+    if side == "left":
+        tokenizer.enable_truncation(max_length=(tokenizer.truncation or {}).get("max_length", 512), direction="left")
     return saved_for_process(tokenizer)
+
+
+def _untyped_pairs(processor: dict | None) -> dict | None:
+    """A post-processor (tokenizer.json form) whose pair template gives every token type 0."""
+    if not processor:
+        return processor
+    kind = processor.get("type")
+    if kind == "Sequence":
+        return {**processor, "processors": [_untyped_pairs(p) for p in processor["processors"]]}
+    if kind == "BertProcessing":  # [CLS] $A [SEP] $B:1 [SEP]:1, as a template with type 0 throughout
+        (sep, sep_id), (cls, cls_id) = processor["sep"], processor["cls"]
+        a, b, c, s = _piece("Sequence", "A"), _piece("Sequence", "B"), _piece("SpecialToken", cls), _piece("SpecialToken", sep)
+        processor = {"type": "TemplateProcessing", "single": [c, a, s], "pair": [c, a, s, b, s],
+                     "special_tokens": {t: {"id": t, "ids": [i], "tokens": [t]} for t, i in ((cls, cls_id), (sep, sep_id))}}
+    if processor.get("type") == "TemplateProcessing":
+        for piece in processor["pair"]:
+            next(iter(piece.values()))["type_id"] = 0
+    return processor  # RobertaProcessing and the rest give no second type
+
+
+def _piece(kind: str, name: str) -> dict:
+    """One item of a TemplateProcessing template (tokenizer.json form), of type 0."""
+    return {kind: {"id": name, "type_id": 0}}
