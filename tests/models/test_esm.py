@@ -74,7 +74,7 @@ def test_tokenizer_equals_esm_tokenizer(saved):
 
     ours, theirs = esm_tokenizer(saved[0]), transformers.EsmTokenizer.from_pretrained(str(saved[0]))
     texts = ["MKTAYIAKQR", "M K T A", "mktay", "MKjjTA", "ACD<mask>EF", "AC  DE\tF", "<cls>AAA<eos>", "A.B-C", "J", "",
-             "A<null_1>Z", "é漢字A"]
+             "A<null_1>Z", "é漢字A", "MK\x1cTA", "A\x1dB\x1eC\x1fD"]
     for text in texts:
         assert ours.encode(text).ids == theirs(text)["input_ids"], text
     assert ours.encode("MKT", "AYI").ids == theirs("MKT", "AYI")["input_ids"]
@@ -85,6 +85,21 @@ def test_mean_embeddings_of_sequences_equal_sentence_transformers(saved, tmp_pat
     _, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
     proteins = ["MKTAYIAKQRQISFVKSHFSRQ", "MVLSPADKTNVKAAW", "GSHMAAAA<mask>KK", "M"]
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(proteins), st_embeddings(folder, proteins))
+
+
+def test_stored_rotary_frequencies_are_checked_against_rope_theta(saved, tmp_path):
+    """transformers computes with the frequency table the file stores: a half-precision save rounds
+    it (warned), and a table of another theta than config.json's is refused."""
+    from safetensors.torch import load_file, save_file
+
+    with pytest.raises(CheckpointError, match="rotary frequencies other than those of config.json rope_theta=100"):
+        load_any(with_config(saved[0], tmp_path / "theta", {"rope_theta": 100.0}))
+    half = with_config(saved[0], tmp_path / "bf16", {})
+    tensors = {k: v.to(torch.bfloat16) for k, v in load_file(str(half / "model.safetensors")).items()}
+    assert any(k.endswith("inv_freq") for k in tensors)
+    save_file(tensors, str(half / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match="rotary frequencies rounded to torch.bfloat16"):
+        load_any(half)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -19,8 +19,11 @@ refused by name.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from ...config import EncoderConfig
 from ...errors import CheckpointError
@@ -85,6 +88,29 @@ def esm_config(hf: dict, common: dict) -> EncoderConfig:
     return make_config("ESM", **fields, **common)
 
 
+def check_rotary_tables(tables: Tensors, cfg: EncoderConfig, what: str) -> None:
+    """ESM files store the rotary frequencies theta^(-2i/D) that transformers then uses; ortformer
+    computes them from rope_theta. Equal: nothing to say. A float16 / bfloat16 rounding of them (a
+    half-precision save): a warning, as transformers' outputs then carry that rounding and ortformer's
+    do not. Anything else was made with another theta: CheckpointError."""
+    d = cfg.head_size
+    exact = 1.0 / (cfg.rotary_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))  # as Rotary
+    for name, table in tables.items():
+        if tuple(table.shape) != tuple(exact.shape) or not table.is_floating_point():
+            raise CheckpointError(f"{what}: {name} has shape {tuple(table.shape)} and dtype {table.dtype}; "
+                                  f"expected ({d // 2},) rotary frequencies")
+        if torch.allclose(table.float(), exact, rtol=1e-6, atol=0):
+            continue
+        if table.dtype in (torch.float16, torch.bfloat16) and torch.equal(table, exact.to(table.dtype)):
+            warnings.warn(f"{what}: {name} holds the rotary frequencies rounded to {table.dtype} (a half-precision "
+                          "save); transformers computes with the rounded ones, ortformer with the exact ones from "
+                          "rope_theta, so outputs differ from transformers' by that rounding", stacklevel=2)
+            return
+        raise CheckpointError(f"{what}: {name} holds rotary frequencies other than those of config.json rope_theta="
+                              f"{cfg.rotary_theta:g} (second frequency {float(table[1]):.6g}, expected "
+                              f"{float(exact[1]):.6g}); ortformer computes them from rope_theta: correct config.json")
+
+
 def shapes(cfg: EncoderConfig, names: Names, hf_types: int) -> dict[str, tuple[int, ...]]:
     f, ffn = cfg.hidden_size, cfg.ffn_size
     out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f), names.final + ".weight": (f,),
@@ -104,6 +130,8 @@ def map_weights(names: Names, raw: Tensors, cfg: EncoderConfig, what: str, dupli
     # XLM-R-XL's config type_vocab_size 0 means the file's single type row is folded into the positions
     hf_types = (cfg.type_vocab_size or 1) if names is XL else cfg.type_vocab_size
     rotary = [name for name in raw if name.endswith("rotary_embeddings.inv_freq")]  # ESM's angle buffers
+    if cfg.positions == "rotary":
+        check_rotary_tables({name: raw[name] for name in rotary}, cfg, what)
     kept, dropped = split_dropped({k: v for k, v in raw.items() if k not in rotary}, names.prefix, names.dropped)
     check_tensors(kept, shapes(cfg, names, hf_types), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
     out = {"tokens.weight": kept["embeddings.word_embeddings.weight"],

@@ -62,13 +62,16 @@ def esm_tokenizer(folder: Path):
     """ESM's tokenizer: every vocabulary entry is matched wherever it occurs in the text (longest
     first), what lies between is split at whitespace and each piece is one token or <unk>;
     <cls> $A <eos>, pairs <cls> $A <eos> $B <eos> (EsmTokenizer)."""
-    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, processors
+    from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordLevel
 
     vocab = read_vocab_txt(folder)
     s = read_settings(folder, ESM_SPECIALS, ())
     require_specials(folder, s, vocab, ("unk_token", "cls_token", "eos_token"))
     tokenizer = Tokenizer(WordLevel(vocab, unk_token=s["unk_token"]))
+    # Python's str.split() also splits at the information separators U+001C..U+001F, which are
+    # not Unicode White_Space (WhitespaceSplit's): turn them into spaces first
+    tokenizer.normalizer = normalizers.Replace(Regex("[\x1c-\x1f]"), " ")
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     special = {s[key] for key in ESM_SPECIALS}
     tokenizer.add_tokens([AddedToken(t, normalized=False) for t in vocab if t not in special])
