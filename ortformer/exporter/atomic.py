@@ -124,12 +124,16 @@ def check_destination(dest: Path, force: bool) -> None:
 
 
 def set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:
-    existing = {p.key: p for p in model.metadata_props}
-    for key, value in props.items():
-        if key in existing:
-            existing[key].value = value
-        else:
-            model.metadata_props.add(key=key, value=value)
+    """Set metadata entries, keeping the required ones (contract.REQUIRED_META) last: protobuf has no
+    end marker, so a file cut between two metadata entries parses, and with the required keys last
+    every such cut loses one and is refused, rather than silently losing an optional key added later
+    (ortformer.int8, ortformer.weights)."""
+    values = {p.key: p.value for p in model.metadata_props}
+    values.update(props)
+    order = [k for k in values if k not in contract.REQUIRED_META] + [k for k in values if k in contract.REQUIRED_META]
+    del model.metadata_props[:]
+    for key in order:
+        model.metadata_props.add(key=key, value=values[key])
 
 
 def stage_model(model: onnx.ModelProto, dest: Path, force: bool) -> StagedModel:
