@@ -33,8 +33,9 @@ def test_eager_and_onnx_equal_transformers(kind, pad_id, family, onnx, tmp_path)
 
 
 def test_ernie_task_table_row_zero_is_folded(tmp_path):
+    # eager only: the folded table leaves BERT's graph, exported by test_bert.py
     folder = saved("Ernie", tmp_path / "m", seed=2, use_task_id=True, task_type_vocab_size=3)
-    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    loaded, path = load_any(folder), None
     assert loaded.family == "ernie" and loaded.config.type_vocab_size == 2
     assert_matches_transformers(loaded, hf_reference(transformers.ErnieModel, folder), path, pad_id=0)
 

@@ -32,17 +32,22 @@ def saved(tmp_path_factory):
     return folder, hf_reference(transformers.EsmModel, folder)
 
 
-def test_esm2_eager_and_onnx_equal_transformers(saved, tmp_path):
-    loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
+@pytest.fixture(scope="module")
+def exported(saved, tmp_path_factory):
+    return load_and_export(saved[0], tmp_path_factory.mktemp("esm_onnx") / "m.onnx")
+
+
+def test_esm2_eager_and_onnx_equal_transformers(saved, exported):
+    loaded, path = exported
     cfg = loaded.config
     assert loaded.family == "esm"
     assert (cfg.norm_position, cfg.positions, cfg.token_dropout_id, cfg.type_vocab_size) == ("pre", "rotary", MASK, 0)
     assert assert_matches_transformers(loaded, saved[1], path, pad_id=PAD) >= 12
 
 
-def test_masked_tokens_rescale_the_embeddings_as_transformers(saved, tmp_path):
+def test_masked_tokens_rescale_the_embeddings_as_transformers(saved, exported):
     """Token dropout: <mask> rows zeroed, every row scaled by 0.88 / (1 - masked share), per sequence."""
-    loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
+    loaded, path = exported
     ids = torch.tensor([[0, 5, MASK, 9, MASK, 12, 2, PAD], [0, MASK, 7, 8, 2, PAD, PAD, PAD], [0, 5, 6, 7, 8, 9, 10, 2]])
     mask = (ids != PAD).long()
     with torch.no_grad():
