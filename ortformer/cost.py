@@ -54,6 +54,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "relative_attention_bias": cfg.relative_attention_buckets * cfg.num_heads,
         # two norms per block, plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
+        # Qwen3's per-head RMSNorm of q and k: two (D,) weights per layer
+        "qk_norms": L * 2 * cfg.head_size if cfg.qk_norm else 0,
         # DeBERTa's relative table (2S, F) and its norm, shared by every layer
         "disentangled_positions": (
             2 * cfg.disentangled_buckets * F + (_norm_params(cfg) if cfg.disentangled_norm else 0)

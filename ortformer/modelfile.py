@@ -404,6 +404,20 @@ def file_weights_digest(path: str | os.PathLike) -> str:
     return tensors_digest(model, _check_external_data(path, model))
 
 
+def check_weights(model_file: ModelFile) -> str:
+    """"ok" when the weights hash to the digest the export recorded (contract.META_WEIGHTS), "not
+    recorded" for a file without one; ModelFileError when they differ: bytes changed after export."""
+    recorded = model_file.metadata.get(contract.META_WEIGHTS)
+    if recorded is None:
+        return "not recorded"
+    found = file_weights_digest(model_file.path)
+    if found != recorded:
+        raise ModelFileError(f"{model_file.path}: its weights differ from those recorded when it was written "
+                             f"({contract.META_WEIGHTS} {recorded[:19]}..., the file now {found[:19]}...): "
+                             "the file or its data file was changed or damaged since; export it again")
+    return "ok"
+
+
 def tensors_digest(model: onnx.ModelProto, external: dict[str, Path] | None = None) -> str:
     """"sha256:<hex>" over every tensor that holds data (initializers and constants, in graph order):
     its name, data type, dims and bytes, inline or read from the external file ``external`` maps its
@@ -417,7 +431,10 @@ def tensors_digest(model: onnx.ModelProto, external: dict[str, Path] | None = No
     for tensor in all_tensors(model):
         digest.update(f"{tensor.name}\0{tensor.data_type}\0{list(tensor.dims)}\0".encode())
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            digest.update(tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes())
+            if tensor.data_type == onnx.TensorProto.STRING:  # to_array gives objects: hash the strings
+                digest.update(b"\0".join(tensor.string_data))
+            else:
+                digest.update(tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes())
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         remaining = int(info["length"]) if "length" in info else None

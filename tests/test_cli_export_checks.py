@@ -305,9 +305,12 @@ def flipped_weight(src: Path, dest: Path) -> Path:
 
 def test_check_sees_a_weight_changed_after_export(tokens_model, tmp_path):
     assert read_model_file(tokens_model).metadata[contract.META_WEIGHTS].startswith("sha256:")
-    assert "weights: as exported (digest matches)" in invoke("check", tokens_model).output
+    assert "weights: match the recorded digest" in invoke("check", tokens_model).output
     damaged = flipped_weight(tokens_model, tmp_path / "flipped.onnx")
-    assert "its weights differ from those it was exported with" in fail("check", damaged)
+    assert "its weights differ from those recorded when it was written" in fail("check", damaged)
+    # an optimized copy records a digest of its own: it must not launder a damaged source
+    assert "its weights differ from those recorded" in fail("optimize", damaged, "-o", tmp_path / "opt.onnx")
+    assert not (tmp_path / "opt.onnx").exists()
 
 
 def test_a_file_without_a_digest_is_checked_and_says_so(tokens_model, tmp_path):
@@ -324,4 +327,4 @@ def test_optimize_records_the_copy_s_own_digest(tokens_model, tmp_path):
     invoke("optimize", tokens_model, "-o", out)
     # the rewrites may fold or add weights: the copy records the digest of its own
     assert read_model_file(out).metadata[contract.META_WEIGHTS] == file_weights_digest(out)
-    assert "weights: as exported (digest matches)" in invoke("check", out).output
+    assert "weights: match the recorded digest" in invoke("check", out).output

@@ -338,7 +338,7 @@ def check_command(model, against, seed, as_json):
         echo_json(result)
         return
     click.echo(f"{result['path']}: checker ok, metadata ok ({result['source']})")
-    click.echo(f"  weights: {'as exported (digest matches)' if result['weights'] == 'ok' else 'no digest recorded'}")
+    click.echo(f"  weights: {'match the recorded digest' if result['weights'] == 'ok' else 'no digest recorded'}")
     if result["parity"] is None:
         click.echo(f"  parity:  not rerun: {result['reference']}")
     else:

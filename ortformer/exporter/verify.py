@@ -16,7 +16,7 @@ from .. import contract
 from ..config import EncoderConfig
 from ..errors import ConfigError, ModelFileError, ParityError
 from ..models import Encoder, Loaded, build_encoder, load_any
-from ..modelfile import ModelFile, file_weights_digest, read_model_file, tokenizer_path
+from ..modelfile import ModelFile, check_weights, read_model_file, tokenizer_path
 from ..text import check_tokenizer
 from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
@@ -96,20 +96,6 @@ def file_dtype(model_file: ModelFile) -> str:
     if dtype not in GATES:
         raise ModelFileError(f"{model_file.path}: the parity report names dtype {dtype!r}; known: {', '.join(GATES)}")
     return dtype
-
-
-def check_weights(model_file: ModelFile) -> str:
-    """"ok" when the weights hash to the digest the export recorded (contract.META_WEIGHTS), "not
-    recorded" for a file without one; ModelFileError when they differ: bytes changed after export."""
-    recorded = model_file.metadata.get(contract.META_WEIGHTS)
-    if recorded is None:
-        return "not recorded"
-    found = file_weights_digest(model_file.path)
-    if found != recorded:
-        raise ModelFileError(f"{model_file.path}: its weights differ from those it was exported with "
-                             f"({contract.META_WEIGHTS} {recorded[:19]}..., the file now {found[:19]}...): "
-                             "the file or its data file was changed or damaged after export; export it again")
-    return "ok"
 
 
 def verify(path, against=None, seed: int | None = None, progress=None) -> dict:

@@ -19,7 +19,7 @@ import onnxruntime as ort
 from .. import contract
 from ..errors import ModelFileError
 from ..fsutil import copy_atomic, staged
-from ..modelfile import ModelFile, read_model_file, tensors_digest, tokenizer_path
+from ..modelfile import ModelFile, check_weights, read_model_file, tensors_digest, tokenizer_path
 from ..parity import GATES, compare, fold_worst, grid, make_inputs, passes
 
 META_OPTIMIZED = "ortformer.optimized"
@@ -39,6 +39,7 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     import onnx  # here, not at the top: Runtime imports this module and should not pay for onnx
 
     source = read_model_file(path)
+    check_weights(source)  # the copy records a digest of its own: it must start from the weights exported
     if source.external_files:
         raise ModelFileError(f"{path} keeps its weights in a side file; offline optimization handles inline models (< 2 GB)")
     out = Path(out)
@@ -75,8 +76,10 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
         if contract.META_WEIGHTS in metadata:  # the rewrites fold and fuse weights: the copy records its own
             metadata[contract.META_WEIGHTS] = tensors_digest(model)
         del model.metadata_props[:]
-        for key, value in metadata.items():
-            model.metadata_props.add(key=key, value=value)
+        # the required keys last, as the exporter writes them: a file cut between two entries then
+        # always loses a required one and is refused (exporter/atomic.set_metadata)
+        for key in sorted(metadata, key=lambda k: k in contract.REQUIRED_META):
+            model.metadata_props.add(key=key, value=metadata[key])
         onnx.save(model, str(tmp))
         dtype = source.parity.get("dtype", "float32")
         check = _compare(source.path, tmp, source.config, dtype if dtype in GATES else "float32")

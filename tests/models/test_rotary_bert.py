@@ -149,10 +149,13 @@ def test_original_gte_ntk_scaling_reads_as_its_frequencies(tmp_path):
     ({"rotary_scaling_factor": 2.0}, "rotary_scaling_factor=2.0 is not supported"),
     ({"activation_function": "gelu"}, "activation_function='gelu' is not supported; ortformer implements 'swiglu'"),
     ({"qkv_proj_bias": True}, "missing .*attn.Wqkv.bias"),  # the flag says biases the file does not hold
+    ({"rotary_emb_base": None}, "lacks rotary_emb_base"),  # the remote code's default (10000) is not transformers'
+    ({"rotary_emb_fraction": None, "layer_norm_epsilon": None}, "lacks layer_norm_epsilon, rotary_emb_fraction"),
 ])
 def test_original_nomic_configs_beyond_the_layout_are_refused(nomic, tmp_path, change, message):
+    config = {k: v for k, v in {**NOMIC_ORIGINAL, **change}.items() if v is not None or k not in change}
     with pytest.raises(CheckpointError, match=message):
-        load_any(original_config(nomic[0], tmp_path / "orig", {**NOMIC_ORIGINAL, **change}))
+        load_any(original_config(nomic[0], tmp_path / "orig", config))
 
 
 @pytest.mark.parametrize("change, message", [

@@ -41,7 +41,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import an ERNIE folder as an ortformer Encoder."""
     hf = read_json(transformer_dir(Path(folder)) / "config.json")
     tasks = hf.get("task_type_vocab_size", 3) if hf.get("use_task_id") else 0
-    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 0:
+    if hf.get("use_task_id") and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1):
         raise CheckpointError(f"ERNIE config.json task_type_vocab_size={tasks!r} is not supported; it must be an int >= 1")
 
     def weights(raw, cfg, what, duplicates):

@@ -46,13 +46,13 @@ SEQUENCE_HEADS = {
     "gte": HeadLayout("gte.pooler.dense", "classifier", "tanh"),
     "new": HeadLayout("new.pooler.dense", "classifier", "tanh"),  # GTE's original NewForSequenceClassification
     "jina_embeddings_v3": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
-    "eurobert": HeadLayout("dense", "classifier", "gelu"),
+    "eurobert": HeadLayout("dense", "classifier", "gelu"),  # pooling: classifier_pooling (_eurobert_pooling)
     "data2vec-text": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "xlm-roberta-xl": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "megatron-bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
     "ernie": HeadLayout("ernie.pooler.dense", "classifier", "tanh"),
     "esm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
-    "roformer": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),  # activation: hidden_act  # pooling: classifier_pooling (_eurobert_pooling)
+    "roformer": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),  # activation: hidden_act (classifier_head)
 }
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
 

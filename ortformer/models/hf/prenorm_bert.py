@@ -95,6 +95,7 @@ def check_rotary_tables(tables: Tensors, cfg: EncoderConfig, what: str) -> None:
     do not. Anything else was made with another theta: CheckpointError."""
     d = cfg.head_size
     exact = 1.0 / (cfg.rotary_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))  # as Rotary
+    rounded = []
     for name, table in tables.items():
         if tuple(table.shape) != tuple(exact.shape) or not table.is_floating_point():
             raise CheckpointError(f"{what}: {name} has shape {tuple(table.shape)} and dtype {table.dtype}; "
@@ -102,13 +103,15 @@ def check_rotary_tables(tables: Tensors, cfg: EncoderConfig, what: str) -> None:
         if torch.allclose(table.float(), exact, rtol=1e-6, atol=0):
             continue
         if table.dtype in (torch.float16, torch.bfloat16) and torch.equal(table, exact.to(table.dtype)):
-            warnings.warn(f"{what}: {name} holds the rotary frequencies rounded to {table.dtype} (a half-precision "
-                          "save); transformers computes with the rounded ones, ortformer with the exact ones from "
-                          "rope_theta, so outputs differ from transformers' by that rounding", stacklevel=2)
-            return
+            rounded.append((name, table.dtype))
+            continue
         raise CheckpointError(f"{what}: {name} holds rotary frequencies other than those of config.json rope_theta="
                               f"{cfg.rotary_theta:g} (second frequency {float(table[1]):.6g}, expected "
                               f"{float(exact[1]):.6g}); ortformer computes them from rope_theta: correct config.json")
+    if rounded:
+        warnings.warn(f"{what}: {rounded[0][0]} holds the rotary frequencies rounded to {rounded[0][1]} (a half-precision "
+                      "save); transformers computes with the rounded ones, ortformer with the exact ones from "
+                      "rope_theta, so outputs differ from transformers' by that rounding", stacklevel=2)
 
 
 def shapes(cfg: EncoderConfig, names: Names, hf_types: int) -> dict[str, tuple[int, ...]]:

@@ -88,12 +88,20 @@ NOMIC_LEGACY_FIXED = {"prenorm": False, "parallel_block": False, "rotary_emb_fra
                       "rotary_emb_interleaved": False, "use_rms_norm": False, "rotary_scaling_factor": None,
                       "rotary_emb_scale_base": None, "causal": False, "scale_attn_by_inverse_layer_idx": False,
                       "scale_attn_weights": True}
+NOMIC_LEGACY_REQUIRED = ("n_embd", "n_head", "n_layer", "n_inner", "vocab_size", "rotary_emb_base", "layer_norm_epsilon",
+                         "rotary_emb_fraction", "qkv_proj_bias", "mlp_fc1_bias", "mlp_fc2_bias", "activation_function")
 GTE_LEGACY_FIXED = {"position_embedding_type": "rope", "layer_norm_type": "layer_norm", "pack_qkv": True,
                     "logn_attention_scale": False}
 
 
 def read_nomic_legacy(hf: dict) -> tuple[dict, Layout]:
-    """transformers-named config of an original NomicBERT config.json, and its layout."""
+    """transformers-named config of an original NomicBERT config.json, and its layout. The remote
+    code's defaults differ from transformers' (no rotary, biases on, theta 10000, eps 1e-5), so the
+    keys that shape the model must be written out, as every released config does."""
+    missing = [key for key in NOMIC_LEGACY_REQUIRED if key not in hf]
+    if missing:
+        raise CheckpointError(f"NomicBERT config.json (the original remote code's keys) lacks {', '.join(missing)}; "
+                              "ortformer reads these only as written, not by the remote code's defaults")
     for key, value in NOMIC_LEGACY_FIXED.items():
         refuse(hf, key, (value,), value, "NomicBERT ")
     out = {**hf, **{new: hf[old] for old, new in NOMIC_LEGACY_KEYS.items() if hf.get(old) is not None}}
