@@ -25,7 +25,8 @@ COVERING = [
     dict(attention="softmax", vocab_size=0, type_vocab_size=0, norm="rmsnorm", positions="sinusoidal", pooling="none"),
     # rotary positions, SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models,
     # for every attention kind
-    dict(attention="softmax", positions="rotary", ffn_gated=True, activation="silu", bias=False),
+    dict(attention="softmax", positions="rotary", ffn_gated=True, activation="silu", bias=False, qk_norm=True,
+         rotary_scale=0.5),  # with Qwen3's per-head q/k norms (fused attention path) and scaled angles
     dict(attention="linear", positions="rotary", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
     dict(attention="efficient", positions="rotary", ffn_gated=True, activation="gelu_tanh", bias=False),
     dict(attention="cosine", positions="rotary", ffn_gated=True, activation="silu", bias=False, norm="rmsnorm"),

@@ -299,3 +299,24 @@ def test_rotary_tables_stay_float32_in_a_half_model():
     half = build_encoder(cfg).half()
     for a, b in zip(model.rotary(512), half.rotary(512)):
         assert b.dtype == torch.float32 and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("overrides", [dict(positions="rotary", qk_norm=True, norm="rmsnorm"),
+                                       dict(positions="none", qk_norm=True, relative_attention_buckets=8)])
+def test_fused_softmax_path_equals_the_plain_one(overrides):
+    """The fused path (one op per layer, what the exporter translates) against the plain
+    (B, H, N, D) path, where q/k norms and rotary are applied per head in plain sight."""
+    cfg = preset("tiny", **overrides)
+    model = build_encoder(cfg, seed=3)
+    with torch.no_grad():  # q/k norm weights away from 1, so a skipped norm shows
+        for block in model.blocks:
+            block.attention.q_norm.weight.uniform_(0.5, 1.5)
+            block.attention.k_norm.weight.uniform_(0.5, 1.5)
+    x, mask = make_inputs(cfg, 2, 7, seed=1), torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    fused = forward(model, x, mask)["last_hidden_state"]
+    for block in model.blocks:
+        assert block.attention.fused
+        block.attention.fused = False
+    plain = forward(model, x, mask)["last_hidden_state"]
+    torch.testing.assert_close(fused[mask.bool()], plain[mask.bool()], rtol=0, atol=1e-5)
