@@ -244,11 +244,15 @@ class Rotary(nn.Module):
         super().__init__()
         self.head_size, self.theta, self.scale = head_size, theta, scale
 
-    def forward(self, n: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        # float32 always, and the same arithmetic as transformers' default rope init; not a
-        # buffer, which model.half() would round (at position 512 an angle moves by ~0.25 rad)
+    def frequencies(self, device: torch.device | None = None) -> torch.Tensor:
+        """theta^(-2i/D), (D/2,) float32: the same arithmetic as transformers' default rope init."""
         d = self.head_size
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+        return 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+
+    def forward(self, n: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # float32 always; not a buffer, which model.half() would round (at position 512 an angle
+        # moves by ~0.25 rad)
+        inv_freq = self.frequencies(device)
         if self.scale != 1.0:  # as the scaled inverse frequencies of GTE's NTK rope (same rounding)
             inv_freq = inv_freq * self.scale
         position = torch.arange(n, device=device, dtype=torch.float32)

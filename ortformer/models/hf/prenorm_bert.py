@@ -27,6 +27,7 @@ import torch
 
 from ...config import EncoderConfig
 from ...errors import CheckpointError
+from ..layers import Rotary
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import DROPPED_PREFIXES as BERT_DROPPED
@@ -94,7 +95,7 @@ def check_rotary_tables(tables: Tensors, cfg: EncoderConfig, what: str) -> None:
     half-precision save): a warning, as transformers' outputs then carry that rounding and ortformer's
     do not. Anything else was made with another theta: CheckpointError."""
     d = cfg.head_size
-    exact = 1.0 / (cfg.rotary_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))  # as Rotary
+    exact = Rotary(d, cfg.rotary_theta).frequencies()  # what the encoder computes
     rounded = []
     for name, table in tables.items():
         if tuple(table.shape) != tuple(exact.shape) or not table.is_floating_point():
