@@ -80,6 +80,9 @@ class EncoderConfig:
     norm: str = "layernorm"
     # post-norm as in BERT (norm after the residual add) or pre-norm (before each sublayer)
     norm_position: str = "post"
+    # pre-norm only: normalise each sublayer's output too, before its residual add (Gemma 2 / 3):
+    # x = x + n_1'(attn(n_1(x)));  x = x + n_2'(ffn(n_2(x)))
+    sandwich_norm: bool = False
     # non-linearity inside the feed-forward network
     activation: str = "gelu"
     # how token order enters the model: a learned table, fixed sinusoids, rotary (q and k
@@ -140,8 +143,11 @@ class EncoderConfig:
     # sliding-window attention: 0 = every layer global; else local layers attend to keys with
     # |i - j| <= local_window // 2 (ModernBERT's local_attention). softmax only
     local_window: int = 0
-    # with local_window: layer l is global when l % global_every == 0, local otherwise
+    # with local_window: layer l is global when l % global_every == global_offset, local otherwise
     global_every: int = 1
+    # where in each group of global_every layers the global one sits (ModernBERT: 0, the first;
+    # Gemma 3: 5 of 6, the last)
+    global_offset: int = 0
     # causal attention: token i sees keys j <= i only (prefix sums for the linear family),
     # which also allows a streaming (RNN-form) export of the linear kernels
     causal: bool = False
@@ -343,6 +349,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "none: set conv_kernel_size, or leave them at their defaults")
     if cfg.conv_kernel_size and cfg.causal:
         raise ConfigError("conv_kernel_size reads positions on both sides; causal=True allows only earlier ones")
+    if cfg.sandwich_norm and cfg.norm_position != "pre":
+        raise ConfigError("sandwich_norm=True normalises pre-norm sublayers' outputs; post-norm already normalises "
+                          "after each residual add: set norm_position='pre'")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
     if cfg.relative_attention_buckets:
@@ -406,6 +415,11 @@ def _check_variants(cfg: EncoderConfig) -> None:
                                   "softmax also rotary)")
     if cfg.local_window and cfg.global_every == 1:
         raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
+    if not 0 <= cfg.global_offset < cfg.global_every:
+        raise ConfigError(f"global_offset={cfg.global_offset} must be in [0, global_every={cfg.global_every}): "
+                          "layer l is global when l % global_every == global_offset")
+    if cfg.global_offset and not cfg.local_window:
+        raise ConfigError("global_offset places the global layers among local ones; set local_window too, or leave it 0")
 
 
 def field_names() -> tuple[str, ...]:

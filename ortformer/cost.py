@@ -41,6 +41,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
     norms = (2 * L) * _norm_params(cfg) + _norm_params(cfg, E if cfg.norm_position == "post" else F)
     if cfg.embedding_norm:
         norms += _norm_params(cfg, E) - _norm_params(cfg)
+    if cfg.sandwich_norm:  # each sublayer's output normalised too
+        norms += (2 * L) * _norm_params(cfg)
     return {
         "token_embeddings": cfg.vocab_size * E,
         "position_embeddings": positions,
@@ -52,7 +54,7 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "ffn_biases": L * (up + F) if cfg.bias else 0,
         # MPNet-style relative position bias: one (buckets, H) table shared by all layers
         "relative_attention_bias": cfg.relative_attention_buckets * cfg.num_heads,
-        # two norms per block, plus one at the embeddings (post) or at the end (pre)
+        # two norms per block (four with sandwich_norm), plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
         # Qwen3's per-head RMSNorm of q and k: two (D,) weights per layer
         "qk_norms": L * 2 * cfg.head_size if cfg.qk_norm else 0,

@@ -16,6 +16,7 @@ class Block(nn.Module):
 
     post-norm (BERT):  x = norm1(x + attn(x));  x = norm2(x + ffn(x))
     pre-norm:          x = x + attn(norm1(x));  x = x + ffn(norm2(x))
+    sandwich (Gemma):  x = x + post_attention_norm(attn(norm1(x)));  x = x + post_ffn_norm(ffn(norm2(x)))
     """
 
     def __init__(self, cfg: EncoderConfig, first: bool = False):
@@ -29,13 +30,15 @@ class Block(nn.Module):
         self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)
+        self.post_attention_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
+        self.post_ffn_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
                 disentangled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attention(self.norm1(x), key_mask, scores_bias, rotary, disentangled)
-            return x + self.ffn(self.norm2(x))
+            x = x + self.post_attention_norm(self.attention(self.norm1(x), key_mask, scores_bias, rotary, disentangled))
+            return x + self.post_ffn_norm(self.ffn(self.norm2(x)))
         x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary, disentangled))
         return self.norm2(x + self.ffn(x))
 
@@ -77,8 +80,9 @@ class Encoder(nn.Module):
         # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
         self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
         self.rotary = Rotary(cfg.head_size, cfg.rotary_theta, cfg.rotary_scale) if cfg.positions == "rotary" else None
-        # local (sliding-window) layers: l % global_every != 0; they may rotate with their own theta
-        self.local_layers = [l for l in range(cfg.num_layers) if cfg.local_window and l % cfg.global_every]
+        # local (sliding-window) layers: l % global_every != global_offset; they may rotate with their own theta
+        self.local_layers = [l for l in range(cfg.num_layers)
+                             if cfg.local_window and l % cfg.global_every != cfg.global_offset]
         self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local, cfg.rotary_scale) if cfg.rotary_theta_local else None
         # DeBERTa's relative table, normed once per call and projected by every layer
         self.disentangled = DisentangledPositions(cfg) if cfg.disentangled_buckets else None

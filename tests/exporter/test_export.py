@@ -33,10 +33,11 @@ COVERING = [
     # softmax only: a relative position bias (the grid's 64 tokens pass max_distance)
     dict(attention="softmax", relative_attention_buckets=8, relative_attention_max_distance=12, positions="none",
          norm_position="pre"),
-    # softmax only: local windows with a global layer every k (ModernBERT-like: rotary with its
-    # own local theta, GeGLU, no biases, pre-norm), and a window over a relative bias
+    # softmax only: local windows with a global layer every k (rotary with its own local theta, GeGLU,
+    # no biases, pre-norm; Gemma-like: sandwich norms, the global layer second), and a window over a relative bias
     dict(attention="softmax", positions="rotary", rotary_theta=160000.0, rotary_theta_local=10000.0, local_window=6,
-         global_every=2, num_layers=3, ffn_gated=True, bias=False, norm_position="pre"),
+         global_every=2, global_offset=1, num_layers=3, ffn_gated=True, bias=False, norm_position="pre",
+         sandwich_norm=True),
     dict(attention="softmax", positions="none", local_window=5, global_every=2, relative_attention_buckets=8,
          relative_attention_max_distance=12),
 ]

@@ -27,8 +27,12 @@ def variants():
         combos.append({**base, "positions": positions, "relative_attention_buckets": 8,
                        "relative_attention_max_distance": 6})
     # local windows with global layers every k (softmax only), alone, with rotary and its own
-    # local theta, and with a relative bias; 3 layers: global, local, local
-    for base, extra in zip(combos[0:12:4], [dict(positions="none"), dict(positions="rotary", rotary_theta_local=100.0),
+    # local theta (and Gemma's sandwich norms, the global layer last), and with a relative bias;
+    # 3 layers: global, local, local (local, local, global with global_offset 2)
+    assert combos[4]["norm_position"] == "pre"  # sandwich norms are pre-norm's
+    for base, extra in zip(combos[0:12:4], [dict(positions="none"),
+                                            dict(positions="rotary", rotary_theta_local=100.0, sandwich_norm=True,
+                                                 global_offset=2),
                                             dict(positions="none", relative_attention_buckets=8,
                                                  relative_attention_max_distance=6)]):
         combos.append({**base, **extra, "local_window": 2, "global_every": 3, "num_layers": 3})
@@ -169,7 +173,10 @@ def test_seed_makes_weights_reproducible():
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
 
 
-@pytest.mark.parametrize("overrides", VARIANTS[:12] + VARIANTS[-4:], ids=IDS[:12] + IDS[-4:])
+SANDWICH = [c for c in VARIANTS if c.get("sandwich_norm")]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS[:12] + VARIANTS[-4:] + SANDWICH, ids=IDS[:12] + IDS[-4:] + ["sandwich"])
 def test_parameter_count_matches_the_module(overrides):
     cfg = preset("tiny", **overrides)
     assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
@@ -278,6 +285,7 @@ def test_local_layers_follow_global_every_and_see_only_their_window():
     cfg = preset("tiny", local_window=4, global_every=3, num_layers=7, positions="none")
     model = build_encoder(cfg, seed=3)
     assert model.local_layers == [1, 2, 4, 5]
+    assert build_encoder(cfg.replace(global_offset=2)).local_layers == [0, 1, 3, 4, 6]  # Gemma's: the group's last
     from ortformer.models.layers import window_bias
 
     block, n = model.blocks[1], 9

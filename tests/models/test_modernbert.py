@@ -106,8 +106,8 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 @pytest.mark.parametrize("change, message", [
     ({"hidden_activation": "quick_gelu"}, "hidden_activation='quick_gelu' is not supported"),
     ({"attention_bias": True}, "attention_bias=True, mlp_bias=False, norm_bias=False is not supported"),
-    ({"layer_types": [FULL, FULL, SLIDING]}, "layer l global when l % global_every == 0"),
-    ({"layer_types": [SLIDING, FULL, FULL]}, "layer l global when l % global_every == 0"),
+    ({"layer_types": [FULL, FULL, SLIDING]}, "a global layer every k layers"),
+    ({"layer_types": [SLIDING, FULL, FULL]}, "a global layer every k layers"),
     ({"layer_types": [FULL, SLIDING]}, "for each of the 3 layers"),
     ({"layer_types": None, "global_attn_every_n_layers": 0}, "global_attn_every_n_layers=0 is not supported"),
     ({"local_attention": 1}, "local_attention=1 is not supported"),
@@ -139,3 +139,10 @@ def test_missing_layer_norm_is_refused(saved, tmp_path):
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match=r"layers\.1\.attn_norm\.weight"):
         load_any(folder)
+
+
+def test_layer_types_with_the_global_layer_elsewhere(saved, tmp_path):
+    folder = with_config(saved[0], tmp_path / "m", {"layer_types": [SLIDING, FULL, SLIDING]})
+    loaded = load_any(folder)
+    assert (loaded.config.global_every, loaded.config.global_offset, loaded.model.local_layers) == (2, 1, [0, 2])
+    assert_matches_transformers(loaded, reference(folder), None, pad_id=PAD)

@@ -12,7 +12,8 @@ embedding_norm=True (which skips block 0's attention pre-norm) and a gated feed-
 - ``Wqkv`` rows are [Q; K; V] (viewed as (B, N, 3, H, D)), ortformer's qkv layout as is;
 - rotary positions (rotate-half) at the sequence index, theta per layer kind: full
   attention layers use the global theta, sliding layers the local one;
-- layer l is global when l % global_attn_every_n_layers == 0; a sliding layer attends to
+- layer l is global when l % global_attn_every_n_layers == 0 (layer_types may list another
+  period or offset); a sliding layer attends to
   |i - j| <= local_attention // 2 (transformers' sliding_window, inclusive), which is
   local_window = local_attention.
 
@@ -30,10 +31,10 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
-from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, refuse, require
+from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .windows import FULL, SLIDING, check_layer_types, global_period, rope_thetas
 
 WHAT = "ModernBERT "
-FULL, SLIDING = "full_attention", "sliding_attention"
 DEFAULT_THETA = {FULL: ("global_rope_theta", 160000.0), SLIDING: ("local_rope_theta", 10000.0)}
 BIAS_FLAGS = ("attention_bias", "mlp_bias", "norm_bias")
 # task heads of ModernBertFor... checkpoints (the base model sits under "model.")
@@ -41,48 +42,25 @@ DROPPED_PREFIXES = ("head.", "decoder.", "classifier.", "drop.")
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 
 
-def layer_pattern(hf: dict, layers: int) -> tuple[int, int]:
-    """(local_window, global_every) from layer_types or global_attn_every_n_layers;
-    (0, 1) when every layer is global."""
+def layer_pattern(hf: dict, layers: int) -> tuple[int, int, int]:
+    """(local_window, global_every, global_offset) from layer_types or global_attn_every_n_layers;
+    (0, 1, 0) when every layer is global."""
     if hf.get("layer_types") is not None:
-        kinds = hf["layer_types"]
-        if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {FULL, SLIDING}:
-            raise CheckpointError(f"{WHAT}config.json layer_types={kinds!r:.120} is not supported; it must list "
-                                  f"{FULL!r} or {SLIDING!r} for each of the {layers} layers")
+        kinds = check_layer_types(hf["layer_types"], layers, WHAT)
     else:
         every = hf.get("global_attn_every_n_layers", 3)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise CheckpointError(f"{WHAT}config.json global_attn_every_n_layers={every!r} is not supported; "
                                   "it must be an int >= 1")
         kinds = [SLIDING if l % every else FULL for l in range(layers)]
-    if SLIDING not in kinds:
-        return 0, 1
-    # the second global layer fixes the period; with none, any period past the last layer does
-    every = next((l for l in range(1, layers) if kinds[l] == FULL), max(layers, 2))
-    if kinds != [SLIDING if l % every else FULL for l in range(layers)]:
-        raise CheckpointError(f"{WHAT}config.json layer_types={kinds!r:.160} is not supported; ortformer implements "
-                              "layer l global when l % global_every == 0 and sliding otherwise")
+    every, offset = global_period(kinds, WHAT)
+    if every == 1:
+        return 0, 1, 0
     window = hf.get("local_attention", 128)
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
         raise CheckpointError(f"{WHAT}config.json local_attention={window!r} is not supported; ortformer implements "
                               "windows of an int >= 2 tokens (|i - j| <= local_attention // 2)")
-    return window, every
-
-
-def rope_thetas(hf: dict) -> dict[str, float]:
-    """The rotary theta of each layer kind, from rope_parameters or the older *_rope_theta keys."""
-    refuse(hf, "rope_scaling", (None,), None, WHAT)
-    params = hf.get("rope_parameters") or {}
-    if not isinstance(params, dict) or not set(params) <= {FULL, SLIDING}:
-        raise CheckpointError(f"{WHAT}config.json rope_parameters={params!r:.120} is not supported; "
-                              f"ortformer reads one entry per layer kind ({FULL!r}, {SLIDING!r})")
-    thetas = {}
-    for kind, (old_key, default) in DEFAULT_THETA.items():
-        rope = params.get(kind) or {}
-        if not isinstance(rope, dict):
-            raise CheckpointError(f"{WHAT}config.json rope_parameters[{kind!r}]={rope!r:.80} is not supported")
-        thetas[kind] = default_rope_theta(rope, hf.get(old_key, default), WHAT, f"rope_parameters[{kind!r}]")
-    return thetas
+    return window, every, offset
 
 
 def modernbert_config(hf: dict, common: dict) -> EncoderConfig:
@@ -96,15 +74,15 @@ def modernbert_config(hf: dict, common: dict) -> EncoderConfig:
     if head_dim is not None and not (isinstance(head_dim, int) and head_dim * hf["num_attention_heads"] == hf["hidden_size"]):
         raise CheckpointError(f"{WHAT}config.json head_dim={head_dim!r} is not supported; ortformer implements "
                               "head_dim = hidden_size / num_attention_heads")
-    window, every = layer_pattern(hf, hf["num_hidden_layers"])
-    thetas = rope_thetas(hf)
+    window, every, offset = layer_pattern(hf, hf["num_hidden_layers"])
+    thetas = rope_thetas(hf, DEFAULT_THETA, WHAT)
     return make_config(
         "ModernBERT", vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=hf["num_attention_heads"],
         num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True,
         bias=biases["norm_bias"], attention="softmax", norm="layernorm", norm_position="pre", embedding_norm=True,
         activation=ACTIVATIONS[hf.get("hidden_activation", "gelu")], positions="rotary",
         rotary_theta=thetas[FULL], rotary_theta_local=thetas[SLIDING] if window else 0.0,
-        local_window=window, global_every=every, max_positions=hf.get("max_position_embeddings", 8192),
+        local_window=window, global_every=every, global_offset=offset, max_positions=hf.get("max_position_embeddings", 8192),
         type_vocab_size=0, norm_eps=hf.get("norm_eps", 1e-5), **common)
 
 

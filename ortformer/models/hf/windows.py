@@ -1,0 +1,57 @@
+"""Layer patterns of sliding-window models (ModernBERT, Gemma 3): which layers attend globally,
+and the rotary theta of each layer kind.
+
+ortformer expresses a pattern as "layer l is global when l % global_every == global_offset,
+sliding otherwise"; config.json lists it as ``layer_types`` (or a period the family defines).
+"""
+from __future__ import annotations
+
+from ...errors import CheckpointError
+from .folder import default_rope_theta, refuse
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+def check_layer_types(kinds, layers: int, what: str) -> list[str]:
+    """config.json's layer_types, checked to name a known kind for each of ``layers`` layers."""
+    if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {FULL, SLIDING}:
+        raise CheckpointError(f"{what}config.json layer_types={kinds!r:.120} is not supported; it must list "
+                              f"{FULL!r} or {SLIDING!r} for each of the {layers} layers")
+    return kinds
+
+
+def global_period(kinds: list[str], what: str) -> tuple[int, int]:
+    """(global_every, global_offset) that give ``kinds`` (layer l global when
+    l % global_every == global_offset); (1, 0) when every layer is global. A pattern that no
+    period gives is refused."""
+    layers = len(kinds)
+    full = [l for l, kind in enumerate(kinds) if kind == FULL]
+    if len(full) == layers:
+        return 1, 0
+    if not full:  # no global layer: an offset past the last layer
+        every, offset = layers + 1, layers
+    elif len(full) == 1:  # any period that puts the next global layer past the end
+        every, offset = max(full[0] + 1, layers - full[0], 2), full[0]
+    else:
+        every, offset = full[1] - full[0], full[0]
+    if offset >= every or kinds != [FULL if l % every == offset else SLIDING for l in range(layers)]:
+        raise CheckpointError(f"{what}config.json layer_types={kinds!r:.160} is not supported; ortformer implements "
+                              "a global layer every k layers (l % k == offset) and sliding layers between them")
+    return every, offset
+
+
+def rope_thetas(hf: dict, defaults: dict[str, tuple[str, float]], what: str) -> dict[str, float]:
+    """The rotary theta of each layer kind, from rope_parameters ({kind: {...}}) or, in older
+    configs, the key ``defaults[kind][0]`` (``defaults[kind][1]`` when absent)."""
+    refuse(hf, "rope_scaling", (None,), None, what)
+    params = hf.get("rope_parameters") or {}
+    if not isinstance(params, dict) or not set(params) <= {FULL, SLIDING}:
+        raise CheckpointError(f"{what}config.json rope_parameters={params!r:.120} is not supported; "
+                              f"ortformer reads one entry per layer kind ({FULL!r}, {SLIDING!r})")
+    thetas = {}
+    for kind, (old_key, default) in defaults.items():
+        rope = params.get(kind) or {}
+        if not isinstance(rope, dict):
+            raise CheckpointError(f"{what}config.json rope_parameters[{kind!r}]={rope!r:.80} is not supported")
+        thetas[kind] = default_rope_theta(rope, hf.get(old_key, default), what, f"rope_parameters[{kind!r}]")
+    return thetas
