@@ -28,16 +28,17 @@ TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "ok", "
 
 def st_folder(root, *, pooling="mean", dense=(16, torch.nn.Tanh(), True), normalize=True, seed=0):
     """A tiny BERT laid out and saved by sentence-transformers itself: Transformer, Pooling,
-    Dense(32 -> out, activation, bias), optionally Normalize."""
+    Dense(32 -> out, activation, bias) (or a list of such, each fed by the one before), optionally Normalize."""
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=48, max_position_embeddings=64)
     hf = save_hf(transformers.BertModel, config, root / "hf", seed=seed)
     for name in TOKENIZER_FILES:
         shutil.copy(minilm.get_model_path() / name, hf / name)
-    out, activation, bias = dense
     torch.manual_seed(seed + 1)
-    modules = [st_models.Transformer(str(hf), max_seq_length=48), st_models.Pooling(32, pooling_mode=pooling),
-               st_models.Dense(32, out, bias=bias, activation_function=activation)]
+    modules, width = [st_models.Transformer(str(hf), max_seq_length=48), st_models.Pooling(32, pooling_mode=pooling)], 32
+    for out, activation, bias in dense if isinstance(dense, list) else [dense]:
+        modules.append(st_models.Dense(width, out, bias=bias, activation_function=activation))
+        width = out
     if normalize:
         modules.append(st_models.Normalize())
     st.SentenceTransformer(modules=modules, device="cpu").save(str(root / "st"))
@@ -71,6 +72,20 @@ def test_other_dense_layouts(tmp_path, pooling, activation, bias, normalize):
     folder = st_folder(tmp_path, pooling=pooling, dense=(24, activation, bias), normalize=normalize, seed=3)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
     assert (loaded.config.sentence_dense_bias, loaded.config.normalize_embeddings) == (bias, normalize)
+    assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+
+
+@pytest.mark.parametrize("chain", [
+    [(64, torch.nn.Identity(), False), (24, torch.nn.Identity(), False)],  # EmbeddingGemma's pair
+    [(40, torch.nn.Identity(), True), (48, torch.nn.Identity(), False), (24, torch.nn.Tanh(), True)],
+])
+def test_linear_dense_chains_are_multiplied_out(tmp_path, chain):
+    folder = st_folder(tmp_path, dense=chain, seed=5)
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
+    cfg = loaded.config
+    assert (cfg.sentence_dense_size, cfg.sentence_dense_activation) == (24, chain[-1][1].__class__.__name__.lower())
+    assert cfg.sentence_dense_bias == any(bias for _, _, bias in chain)
+    assert loaded.source.count("sha256:") == 1 + len(chain)  # every Dense module's file
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
@@ -135,10 +150,22 @@ def test_dense_weights_are_checked(labse_like, tmp_path):
         load_any(folder)
 
 
-@pytest.mark.parametrize("order", [[0, 2, 1, 3], [0, 1, 3, 2], [0, 1, 2, 2, 3], [0, 2]])
+@pytest.mark.parametrize("order", [[0, 2, 1, 3], [0, 1, 3, 2], [0, 1, 1, 2, 3], [0, 2]])
 def test_module_orders_ortformer_does_not_compute_are_refused(labse_like, tmp_path, order):
     folder = shutil.copytree(labse_like, tmp_path / "st")
     modules = json.loads((folder / "modules.json").read_text())
     (folder / "modules.json").write_text(json.dumps([modules[i] for i in order]))
-    with pytest.raises(CheckpointError, match="Transformer, Pooling, at most one Dense, Normalize"):
+    with pytest.raises(CheckpointError, match="Transformer, Pooling, Dense modules, Normalize"):
+        load_any(folder)
+
+
+def test_a_dense_chain_is_folded_only_when_linear(labse_like, tmp_path):
+    """The same Tanh Dense twice: a non-linear Dense before another cannot be multiplied out."""
+    folder = shutil.copytree(labse_like, tmp_path / "st")
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([modules[i] for i in (0, 1, 2, 2, 3)]))
+    with pytest.raises(CheckpointError, match="a Dense with activation 'tanh' before another Dense is not supported"):
+        load_any(folder)
+    _edit(folder, "2_Dense/config.json", {"activation_function": "torch.nn.modules.linear.Identity"})
+    with pytest.raises(CheckpointError, match="in_features=32 must equal the out_features=16 of the Dense before it"):
         load_any(folder)

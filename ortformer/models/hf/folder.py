@@ -4,7 +4,8 @@ this file (one module per family).
 
 sentence-transformers configs, when present, set the pooling: ``modules.json``
 lists the modules, ``1_Pooling/config.json`` picks the mode, a ``Dense`` module after
-the pooling maps the pooled vector (s = act(W p + b), e.g. LaBSE, distiluse), and a
+the pooling maps the pooled vector (s = act(W p + b), e.g. LaBSE, distiluse; several linear
+ones in a row are multiplied out into one, EmbeddingGemma), and a
 ``Normalize`` module means l2-normalised embeddings. A sparse encoder's ``SpladePooling``
 module pools the masked-LM head's logits into vocabulary weights (SPLADE).
 """
@@ -22,7 +23,7 @@ import torch
 from ...config import SPLADE_ACTIVATIONS, SPLADE_POOLINGS, EncoderConfig
 from ...errors import CheckpointError, ConfigError
 from ..loaded import Loaded
-from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
+from ..weights import Tensors, check_tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 from .heads import classifier_head, mlm_head, mlm_inputs
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,13 @@ class SentenceConfig:
     lowercase: bool = False  # do_lower_case: the Transformer module lowercases texts before tokenizing
     prompts: dict[str, str] = field(default_factory=dict)  # name -> text prepended before tokenizing
     default_prompt: str | None = None  # used when the caller names no prompt
-    dense: DenseHead | None = None  # a Dense module after the pooling
+    dense: DenseHead | None = None  # the Dense modules after the pooling
     splade_activation: str = "relu"  # a SpladePooling module's activation_function
 
 
 @dataclass(frozen=True)
-class DenseHead:
-    """sentence-transformers' Dense module: s = act(W p + b), W (out_features, in_features)."""
+class DenseLayer:
+    """One sentence-transformers Dense module: s = act(W p + b), W (out_features, in_features)."""
 
     folder: Path
     in_features: int
@@ -114,10 +115,20 @@ class DenseHead:
     activation: str  # a config.DENSE_ACTIVATIONS name
     bias: bool
 
+
+@dataclass(frozen=True)
+class DenseHead:
+    """The Dense modules after the pooling, k >= 1 of them. Every one but the last is linear
+    (Identity), so s = act(W_k (... (W_1 p + b_1) ...) + b_k) = act(W p + b) with
+    W = W_k ... W_1 and b = W_k (... b_1 ...) + b_k: one Dense head (EmbeddingGemma's two)."""
+
+    layers: tuple[DenseLayer, ...]
+
     def fields(self) -> dict:
         """Its EncoderConfig fields."""
-        return {"sentence_dense_size": self.out_features, "sentence_dense_activation": self.activation,
-                "sentence_dense_bias": self.bias}
+        return {"sentence_dense_size": self.layers[-1].out_features,
+                "sentence_dense_activation": self.layers[-1].activation,
+                "sentence_dense_bias": any(layer.bias for layer in self.layers)}
 
 
 def read_sentence_config(folder: Path) -> SentenceConfig:
@@ -137,17 +148,17 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
         )
     _check_module_order(folder, kinds)
     _check_transformer_task(folder, kinds, st_config[1])
-    pooling, dense, splade_activation = None, None, "relu"
+    pooling, dense, splade_activation = None, [], "relu"
     for module, kind in zip(modules, kinds):
         if kind == "Pooling":
             pooling = _pooling_mode(read_json(_module_dir(folder, module) / "config.json"))
         elif kind == "SpladePooling":
             pooling, splade_activation = _splade_mode(_module_dir(folder, module) / "config.json")
         elif kind == "Dense":
-            dense = _dense_head(_module_dir(folder, module))
+            dense.append(_dense_layer(_module_dir(folder, module)))
     max_len, lowercase = _text_settings(folder, *st_config)
-    return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default, dense,
-                          splade_activation)
+    return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default,
+                          _chain(dense), splade_activation)
 
 
 def _check_transformer_task(folder: Path, kinds: list[str], settings: dict) -> None:
@@ -202,16 +213,32 @@ def _text_settings(folder: Path, st_config: Path | None, settings: dict) -> tupl
 
 
 def _check_module_order(folder: Path, kinds: list[str]) -> None:
-    """Transformer, then Pooling, then at most one Dense, then Normalize: the order ortformer computes."""
+    """Transformer, then Pooling, then Dense modules, then Normalize: the order ortformer computes."""
     rank = {"Transformer": 0, "MLMTransformer": 0, "Pooling": 1, "SpladePooling": 1, "Dense": 2, "Normalize": 3}
     order = [rank[k] for k in kinds]
-    if order != sorted(order) or len(set(order)) != len(order) or ("Dense" in kinds and "Pooling" not in kinds):
+    once = [r for r in order if r != rank["Dense"]]
+    if order != sorted(order) or len(set(once)) != len(once) or ("Dense" in kinds and "Pooling" not in kinds):
         raise CheckpointError(
             f"{folder / 'modules.json'} lists modules {kinds}; ortformer computes Transformer, Pooling, "
-            "at most one Dense, Normalize, each at most once and in this order (a Dense needs a Pooling before it)")
+            "Dense modules, Normalize, in this order and each but Dense at most once (a Dense needs a Pooling before it)")
 
 
-def _dense_head(module_dir: Path) -> DenseHead:
+def _chain(layers: list[DenseLayer]) -> DenseHead | None:
+    """The Dense modules as one head; refused unless each feeds the next linearly."""
+    if not layers:
+        return None
+    for before, after in zip(layers, layers[1:]):
+        if before.activation != "identity":
+            raise CheckpointError(f"{before.folder / 'config.json'}: a Dense with activation {before.activation!r} "
+                                  "before another Dense is not supported; ortformer folds Dense modules into one, "
+                                  "which needs every one but the last to be linear (torch.nn.Identity)")
+        if after.in_features != before.out_features:
+            raise CheckpointError(f"{after.folder / 'config.json'}: in_features={after.in_features} must equal the "
+                                  f"out_features={before.out_features} of the Dense before it")
+    return DenseHead(tuple(layers))
+
+
+def _dense_layer(module_dir: Path) -> DenseLayer:
     """A Dense module's config, checked to be the plain pooled-vector map ortformer implements."""
     path = module_dir / "config.json"
     config = read_json(path)
@@ -234,22 +261,43 @@ def _dense_head(module_dir: Path) -> DenseHead:
     if name not in ST_DENSE_ACTIVATIONS:
         raise CheckpointError(f"{path}: activation_function={activation!r} is not supported; valid: "
                               f"torch.nn.{', torch.nn.'.join(ST_DENSE_ACTIVATIONS)}")
-    return DenseHead(module_dir, config["in_features"], config["out_features"], ST_DENSE_ACTIVATIONS[name], bias)
+    return DenseLayer(module_dir, config["in_features"], config["out_features"], ST_DENSE_ACTIVATIONS[name], bias)
 
 
-def dense_tensors(head: DenseHead, hidden_size: int) -> tuple[Tensors, Path]:
-    """The Dense module's weights under the Encoder's names, and the file they came from."""
-    if head.in_features != hidden_size:
-        raise CheckpointError(f"{head.folder / 'config.json'}: in_features={head.in_features} must equal the "
+def dense_tensors(head: DenseHead, hidden_size: int) -> tuple[Tensors, list[Path]]:
+    """The Dense head's weights under the Encoder's names, and the files they came from. Several
+    modules are multiplied out in float64 (W = W_k ... W_1, b = W_k (... b_1 ...) + b_k), which
+    rounds once instead of once per module."""
+    first = head.layers[0]
+    if first.in_features != hidden_size:
+        raise CheckpointError(f"{first.folder / 'config.json'}: in_features={first.in_features} must equal the "
                               f"encoder's hidden_size {hidden_size}: the Dense module maps the pooled vector")
-    weights = find_weights(head.folder, HF_WEIGHT_NAMES, sharded=True)
-    raw, _, duplicates = read_weights(weights)
-    unknown = sorted(set(raw) - set(ST_DENSE_WEIGHTS))
-    if unknown:
-        raise CheckpointError(f"{weights}: holds {unknown}; a Dense module holds {', '.join(ST_DENSE_WEIGHTS)}")
-    if duplicates:
-        raise CheckpointError(f"{weights}: names tensors {sorted(set(duplicates))} more than once")
-    return {ST_DENSE_WEIGHTS[k]: v for k, v in raw.items()}, weights
+    files, parts = [], []
+    for layer in head.layers:
+        weights = find_weights(layer.folder, HF_WEIGHT_NAMES, sharded=True)
+        raw, _, duplicates = read_weights(weights)
+        unknown = sorted(set(raw) - set(ST_DENSE_WEIGHTS))
+        if unknown:
+            raise CheckpointError(f"{weights}: holds {unknown}; a Dense module holds {', '.join(ST_DENSE_WEIGHTS)}")
+        if duplicates:
+            raise CheckpointError(f"{weights}: names tensors {sorted(set(duplicates))} more than once")
+        files.append(weights)
+        parts.append({ST_DENSE_WEIGHTS[k]: v for k, v in raw.items()})
+    if len(parts) == 1:
+        return parts[0], files
+    w_name, b_name = ST_DENSE_WEIGHTS.values()
+    for layer, part, weights in zip(head.layers, parts, files):  # shapes and values before multiplying out
+        shapes = {w_name: (layer.out_features, layer.in_features), **({b_name: (layer.out_features,)} if layer.bias else {})}
+        check_tensors(part, shapes, dtypes=HF_DTYPES, what=str(weights))
+    weight, bias = parts[0][w_name].double(), parts[0].get(b_name)
+    bias = None if bias is None else bias.double()
+    for part in parts[1:]:
+        w = part[w_name].double()
+        bias = None if bias is None else w @ bias
+        if b_name in part:
+            bias = part[b_name].double() + (0 if bias is None else bias)
+        weight = w @ weight
+    return {w_name: weight.float(), **({b_name: bias.float()} if bias is not None else {})}, files
 
 
 def _module_kind(module: dict) -> str:
@@ -347,8 +395,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
     files = [weights]
     if dense is not None:
-        head, dense_file = dense_tensors(dense, cfg.hidden_size)
-        mapped, files = {**mapped, **head}, [weights, dense_file]
+        head, dense_files = dense_tensors(dense, cfg.hidden_size)
+        mapped, files = {**mapped, **head}, [weights, *dense_files]
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
