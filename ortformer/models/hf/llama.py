@@ -35,7 +35,6 @@ from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, r
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 # task heads of the For... checkpoints (the base model sits under "model.")
 DROPPED_PREFIXES = ("lm_head.", "dense.", "classifier.", "score.")
-ATTENTION, MLP = ("q", "k", "v", "o"), ("gate", "up", "down")
 
 
 @dataclass(frozen=True)
@@ -97,37 +96,53 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         norm_eps=hf.get("rms_norm_eps", family.eps), **common)
 
 
-def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
-    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP)."""
+LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def linear_shapes(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
+    """Saved name -> shape of every layer's attention and MLP Linears (Llama, Gemma), ``kv`` key /
+    value heads, ``biased`` (attention, MLP)."""
     f, ffn, d = cfg.hidden_size, cfg.ffn_size, cfg.head_size
     a = d * cfg.num_heads
-    shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,)}
-    linears = {"self_attn.q_proj": (a, f), "self_attn.k_proj": (kv * d, f), "self_attn.v_proj": (kv * d, f),
-               "self_attn.o_proj": (f, a), "mlp.gate_proj": (ffn, f), "mlp.up_proj": (ffn, f), "mlp.down_proj": (f, ffn)}
+    shapes = dict(zip(LINEARS, ((a, f), (kv * d, f), (kv * d, f), (f, a), (ffn, f), (ffn, f), (f, ffn))))
+    out = {}
+    for i in range(cfg.num_layers):
+        for name, shape in shapes.items():
+            out[f"layers.{i}.{name}.weight"] = shape
+            if biased[0 if name.startswith("self_attn") else 1]:
+                out[f"layers.{i}.{name}.bias"] = shape[:1]
+    return out
+
+
+def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
+    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP)."""
+    f, d = cfg.hidden_size, cfg.head_size
+    shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,), **linear_shapes(cfg, kv, biased)}
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
-        for name, shape in linears.items():
-            shapes[p + name + ".weight"] = shape
-            if biased[0 if name.startswith("self_attn") else 1]:
-                shapes[p + name + ".bias"] = shape[:1]
         shapes[p + "input_layernorm.weight"] = shapes[p + "post_attention_layernorm.weight"] = (f,)
         if cfg.qk_norm:
             shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (d,)
     return shapes
 
 
-def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int,
-                biased: tuple[bool, bool]) -> tuple[Tensors, list[str]]:
-    """Check a state dict and map it: q, k, v fused (K, V heads repeated for GQA), zero biases
-    where a Linear has none and another has."""
+def base_tensors(raw: Tensors, dropped_prefixes: tuple[str, ...]) -> tuple[Tensors, list[str]]:
+    """(the base model's tensors with "model." taken off, the names set aside: task heads and
+    stored rotary frequencies)."""
     kept, dropped = {}, []
     for name, tensor in raw.items():
         short = name.removeprefix("model.")
-        if short.startswith(DROPPED_PREFIXES) or short.endswith("inv_freq"):
+        if short.startswith(dropped_prefixes) or short.endswith("inv_freq"):
             dropped.append(name)
         else:
             kept[short] = tensor
-    check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    return kept, dropped
+
+
+def map_linears(kept: Tensors, cfg: EncoderConfig, kv: int) -> Tensors:
+    """Every layer's Linears under the Encoder's names: q, k, v fused (K, V heads repeated for
+    grouped-query attention), [gate; up] fused, zero biases where a Linear has none and another has."""
     groups, d = cfg.num_heads // kv, cfg.head_size
 
     def expand(t: torch.Tensor) -> torch.Tensor:  # (kv x D, ...) -> (H x D, ...), head h reads group h // groups
@@ -137,7 +152,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int
         key = f"{p}{name}.{kind}"
         return kept[key] if kind == "weight" or key in kept else torch.zeros(kept[f"{p}{name}.weight"].shape[0])
 
-    out = {"tokens.weight": kept["embed_tokens.weight"], "norm.weight": kept["norm.weight"]}
+    out = {}
     for i in range(cfg.num_layers):
         p, q = f"layers.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias") if cfg.bias else ("weight",):
@@ -146,6 +161,18 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int
             out[q + f"attention.out.{kind}"] = part(p, "self_attn.o_proj", kind)
             out[q + f"ffn.up.{kind}"] = torch.cat([part(p, "mlp.gate_proj", kind), part(p, "mlp.up_proj", kind)])
             out[q + f"ffn.down.{kind}"] = part(p, "mlp.down_proj", kind)
+    return out
+
+
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int,
+                biased: tuple[bool, bool]) -> tuple[Tensors, list[str]]:
+    """Check a state dict and map it: the Linears by map_linears, the norms renamed."""
+    kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
+    check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    out = {"tokens.weight": kept["embed_tokens.weight"], "norm.weight": kept["norm.weight"],
+           **map_linears(kept, cfg, kv)}
+    for i in range(cfg.num_layers):
+        p, q = f"layers.{i}.", f"blocks.{i}."
         out[q + "norm1.weight"], out[q + "norm2.weight"] = kept[p + "input_layernorm.weight"], kept[p + "post_attention_layernorm.weight"]
         if cfg.qk_norm:
             out[q + "attention.q_norm.weight"] = kept[p + "self_attn.q_norm.weight"]
