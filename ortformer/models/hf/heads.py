@@ -47,6 +47,7 @@ SEQUENCE_HEADS = {
     "new": HeadLayout("new.pooler.dense", "classifier", "tanh"),  # GTE's original NewForSequenceClassification
     "jina_embeddings_v3": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "eurobert": HeadLayout("dense", "classifier", "gelu"),  # pooling: classifier_pooling (_eurobert_pooling)
+    "ultrabert": HeadLayout(None, "classifier", "none"),  # pooling: classifier_pooling (_cls_or_mean)
     "data2vec-text": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "xlm-roberta-xl": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "megatron-bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
@@ -181,6 +182,8 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
         layout = HeadLayout(layout.dense, layout.out, act)
     elif model_type == "roformer" and not per_token:  # RoFormerClassificationHead applies hidden_act
         layout = HeadLayout(layout.dense, layout.out, head_activation(hf.get("hidden_act", "gelu"), "hidden_act", what))
+    elif model_type == "ultrabert" and not per_token:  # ModernBERT's classifier with an Identity head
+        layout = HeadLayout(None, "classifier", "none", pooling=_cls_or_mean(hf, what))
     elif model_type == "eurobert" and not per_token:
         layout = HeadLayout(layout.dense, layout.out, layout.activation, pooling=_eurobert_pooling(hf, what))
     return ClassifierHead(per_token, layout, _labels(hf, what))
@@ -196,12 +199,18 @@ def _eurobert_pooling(hf: dict, what: str) -> str:
     return "cls" if pooling == "bos" else "mean"
 
 
+def _cls_or_mean(hf: dict, what: str) -> str:
+    """config.json's classifier_pooling: "cls" (the first token) or "mean"."""
+    pooling = hf.get("classifier_pooling", "cls")
+    if pooling not in ("cls", "mean"):
+        raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; valid: 'cls', 'mean'")
+    return pooling
+
+
 def _modernbert_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
     """ModernBERT's prediction head, per token or on the pooled vector: norm(act(W v))."""
     ours = head_activation(hf.get("classifier_activation", "gelu"), "classifier_activation", what)
-    pooling = "cls" if per_token else hf.get("classifier_pooling", "cls")  # a per-token head pools nothing
-    if pooling not in ("cls", "mean"):
-        raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; valid: 'cls', 'mean'")
+    pooling = "cls" if per_token else _cls_or_mean(hf, what)  # a per-token head pools nothing
     return HeadLayout("head.dense", "classifier", ours, "head.norm", pooling, dense_bias_optional=True)
 
 

@@ -1,7 +1,8 @@
-"""Import Llama-layer encoders: EuroBERT (``eurobert``, bidirectional) and Qwen3 (``qwen3``:
-Qwen3-Embedding, causal with last-token pooling).
+"""Import Llama-layer encoders: EuroBERT (``eurobert``, bidirectional), UltraBERT (``ultrabert``:
+bidirectional with sliding windows) and Qwen3 (``qwen3``: Qwen3-Embedding, causal with last-token
+pooling).
 
-transformers' EuroBertModel / Qwen3Model, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
+transformers' EuroBertModel / UltrabertModel / Qwen3Model, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
 
     x = embed_tokens(ids);  per layer:  x = x + o(attn(n_1(x)));  x = x + down(act(gate(n_2 x)) * up(n_2 x))
     out = n_final(x)
@@ -11,12 +12,17 @@ pre-norm ``rmsnorm`` encoder with a final norm, ``ffn_gated`` (rows [gate; up], 
 first) and ``positions = "rotary"``. Qwen3 attends causally (token i sees j <= i) and RMS-normalises
 each head's q and k before the rotation (``qk_norm``). Grouped-query attention (num_key_value_heads <
 heads) is expanded: each K / V head's rows are repeated for the query heads that share it, which is
-what Llama's repeat_kv computes. One ``bias`` field covers every Linear: with ``attention_bias`` or
+what Llama's repeat_kv computes. UltraBERT's sliding layers attend to |i - j| <= sliding_window (a
+radius: ``local_window = 2 sliding_window``), its full layers to every key; layer l is full when
+(l + 1) % 3 == 0 unless ``layer_types`` (or the older per-layer ``attention_windows``, 0 = full) says
+otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
+``rope_theta`` list). One ``bias`` field covers every Linear: with ``attention_bias`` or
 ``mlp_bias`` set, the Linears saved without a bias get a zero one (RMSNorm has none either way).
 
-Classifiers (EuroBERT): a per-token head is one Linear; a per-sequence head with
-``classifier_pooling`` "bos" or "mean" is W_o gelu(W_h v + b_h) + b_o on the first token or the
-mean. "late" (the mean of per-token logits) is refused. Qwen3's LM and score heads are dropped.
+Classifiers: a per-token head is one Linear; EuroBERT's per-sequence head with ``classifier_pooling``
+"bos" or "mean" is W_o gelu(W_h v + b_h) + b_o on the first token or the mean ("late", the mean of
+per-token logits, is refused); UltraBERT's is W_o v + b_o on the first token ("cls") or the mean.
+The LM heads and Qwen3's score head are dropped.
 """
 from __future__ import annotations
 
@@ -31,10 +37,11 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .windows import FULL, SLIDING, check_layer_types, global_period, rope_thetas
 
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 # task heads of the For... checkpoints (the base model sits under "model.")
-DROPPED_PREFIXES = ("lm_head.", "dense.", "classifier.", "score.")
+DROPPED_PREFIXES = ("lm_head.", "dense.", "classifier.", "score.", "head.", "cls.")
 
 
 @dataclass(frozen=True)
@@ -44,10 +51,16 @@ class Family:
     qk_norm: bool
     theta: float  # transformers' default rope theta
     eps: float  # transformers' default rms_norm_eps
+    windows: bool = False  # sliding-window layers (UltraBERT)
+    base: str = "model."  # the prefix of the base model in task models (besides "model.")
 
 
 FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5),
-            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6)}
+            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6),
+            "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, windows=True, base="ultrabert.")}
+# UltraBERT's defaults: layer l full when (l + 1) % 3 == 0, a radius of 128, thetas per layer kind
+ULTRABERT_PATTERN, ULTRABERT_RADIUS = 3, 128
+ULTRABERT_THETA = {FULL: (None, 2_560_000.0), SLIDING: (None, 10_000.0)}
 
 
 def kv_heads(hf: dict, what: str) -> int:
@@ -67,6 +80,39 @@ def biases(hf: dict, what: str) -> tuple[bool, bool]:
     return flags
 
 
+def window_fields(hf: dict, layers: int, what: str) -> dict:
+    """UltraBERT's sliding-window fields: local_window, global_every / global_offset and the
+    rotary theta of each layer kind, from layer_types and rope_parameters or the older per-layer
+    attention_windows and rope_theta lists, read as transformers reads them."""
+    windows = hf.get("attention_windows")
+    if windows is not None and not (isinstance(windows, list) and len(windows) == layers and all(
+            isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in windows)):
+        raise CheckpointError(f"{what}config.json attention_windows={windows!r:.120} is not supported; it must list "
+                              f"an int >= 0 (0 = full attention) for each of the {layers} layers")
+    radius = hf.get("sliding_window", ULTRABERT_RADIUS)
+    if windows:  # as transformers reads them: the first window any layer has
+        radius = next((w for w in windows if w), radius)
+    if hf.get("layer_types") is not None:
+        kinds = check_layer_types(hf["layer_types"], layers, what)
+    elif windows is not None:
+        kinds = [SLIDING if w else FULL for w in windows]
+    else:
+        kinds = [SLIDING if (l + 1) % ULTRABERT_PATTERN else FULL for l in range(layers)]
+    every, offset = global_period(kinds, what)
+    if every > 1 and (isinstance(radius, bool) or not isinstance(radius, int) or radius < 1):
+        raise CheckpointError(f"{what}config.json sliding_window={radius!r} is not supported; it must be an int >= 1 "
+                              "(the radius |i - j| <= sliding_window)")
+    if hf.get("rope_parameters") is None and isinstance(hf.get("rope_theta"), list):
+        # older saves: one theta per layer, read per kind (the last layer of a kind decides)
+        thetas = dict(zip(kinds, hf["rope_theta"]))
+        hf = {**hf, "rope_parameters": {kind: {"rope_type": "default", "rope_theta": theta}
+                                        for kind, theta in thetas.items()}}
+    thetas = rope_thetas(hf, ULTRABERT_THETA, what)
+    window = 2 * radius if every > 1 else 0
+    return {"rotary_theta": thetas[FULL], "rotary_theta_local": thetas[SLIDING] if window else 0.0,
+            "local_window": window, "global_every": every, "global_offset": offset if window else 0}
+
+
 def llama_config(hf: dict, common: dict) -> EncoderConfig:
     family = FAMILIES[hf["model_type"]]
     what = family.what
@@ -75,23 +121,26 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
     refuse(hf, "rope_scaling", (None,), None, what)
     refuse(hf, "pretraining_tp", (1,), 1, what)
     refuse(hf, "use_sliding_window", (False,), False, what)
-    layer_types = hf.get("layer_types") or []
-    if not isinstance(layer_types, list) or set(layer_types) - {"full_attention"}:
-        raise CheckpointError(f"{what}config.json layer_types={layer_types!r:.120} is not supported; ortformer "
-                              "implements full attention in every layer")
+    if family.windows:
+        positions = window_fields(hf, hf["num_hidden_layers"], what)
+    else:
+        layer_types = hf.get("layer_types") or []
+        if not isinstance(layer_types, list) or set(layer_types) - {FULL}:
+            raise CheckpointError(f"{what}config.json layer_types={layer_types!r:.120} is not supported; ortformer "
+                                  "implements full attention in every layer")
+        params = hf.get("rope_parameters") or {}
+        if not isinstance(params, dict):
+            raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
+        positions = {"rotary_theta": default_rope_theta(params, hf.get("rope_theta", family.theta), what)}
     kv_heads(hf, what)
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
-    params = hf.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
     return make_config(
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
         num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True, bias=any(biases(hf, what)),
         attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
-        activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary",
-        rotary_theta=default_rope_theta(params, hf.get("rope_theta", family.theta), what),
+        activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary", **positions,
         max_positions=hf.get("max_position_embeddings", 8192), type_vocab_size=0,
         norm_eps=hf.get("rms_norm_eps", family.eps), **common)
 
@@ -127,12 +176,12 @@ def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, t
     return shapes
 
 
-def base_tensors(raw: Tensors, dropped_prefixes: tuple[str, ...]) -> tuple[Tensors, list[str]]:
-    """(the base model's tensors with "model." taken off, the names set aside: task heads and
-    stored rotary frequencies)."""
+def base_tensors(raw: Tensors, dropped_prefixes: tuple[str, ...], base: str = "model.") -> tuple[Tensors, list[str]]:
+    """(the base model's tensors with "model." (or the task models' ``base`` prefix) taken off, the
+    names set aside: task heads and stored rotary frequencies)."""
     kept, dropped = {}, []
     for name, tensor in raw.items():
-        short = name.removeprefix("model.")
+        short = name.removeprefix("model.").removeprefix(base)
         if short.startswith(dropped_prefixes) or short.endswith("inv_freq"):
             dropped.append(name)
         else:
@@ -165,9 +214,9 @@ def map_linears(kept: Tensors, cfg: EncoderConfig, kv: int) -> Tensors:
 
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int,
-                biased: tuple[bool, bool]) -> tuple[Tensors, list[str]]:
+                biased: tuple[bool, bool], base: str = "model.") -> tuple[Tensors, list[str]]:
     """Check a state dict and map it: the Linears by map_linears, the norms renamed."""
-    kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
+    kept, dropped = base_tensors(raw, DROPPED_PREFIXES, base)
     check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
     out = {"tokens.weight": kept["embed_tokens.weight"], "norm.weight": kept["norm.weight"],
            **map_linears(kept, cfg, kv)}
@@ -181,12 +230,12 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import a EuroBERT or Qwen3 folder as an ortformer Encoder."""
+    """Import a EuroBERT, UltraBERT or Qwen3 folder as an ortformer Encoder."""
     hf = read_json(transformer_dir(Path(folder)) / "config.json")
-    what = FAMILIES[hf["model_type"]].what
+    family = FAMILIES[hf["model_type"]]
 
     def weights(raw, cfg, where, duplicates):
-        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, what), biases(hf, what))
+        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, family.what), biases(hf, family.what), family.base)
 
     return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)

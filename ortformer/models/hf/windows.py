@@ -40,9 +40,9 @@ def global_period(kinds: list[str], what: str) -> tuple[int, int]:
     return every, offset
 
 
-def rope_thetas(hf: dict, defaults: dict[str, tuple[str, float]], what: str) -> dict[str, float]:
+def rope_thetas(hf: dict, defaults: dict[str, tuple[str | None, float]], what: str) -> dict[str, float]:
     """The rotary theta of each layer kind, from rope_parameters ({kind: {...}}) or, in older
-    configs, the key ``defaults[kind][0]`` (``defaults[kind][1]`` when absent)."""
+    configs, the key ``defaults[kind][0]`` (``defaults[kind][1]`` when absent or None)."""
     refuse(hf, "rope_scaling", (None,), None, what)
     params = hf.get("rope_parameters") or {}
     if not isinstance(params, dict) or not set(params) <= {FULL, SLIDING}:
@@ -53,5 +53,6 @@ def rope_thetas(hf: dict, defaults: dict[str, tuple[str, float]], what: str) -> 
         rope = params.get(kind) or {}
         if not isinstance(rope, dict):
             raise CheckpointError(f"{what}config.json rope_parameters[{kind!r}]={rope!r:.80} is not supported")
-        thetas[kind] = default_rope_theta(rope, hf.get(old_key, default), what, f"rope_parameters[{kind!r}]")
+        fallback = hf.get(old_key, default) if old_key else default
+        thetas[kind] = default_rope_theta(rope, fallback, what, f"rope_parameters[{kind!r}]")
     return thetas
