@@ -1,8 +1,9 @@
 """Import Llama-layer encoders: EuroBERT (``eurobert``, bidirectional), UltraBERT (``ultrabert``:
-bidirectional with sliding windows) and Qwen3 (``qwen3``: Qwen3-Embedding, causal with last-token
-pooling).
+bidirectional with sliding windows), and the causal decoders used as embedders with last-token
+pooling: Qwen3 (``qwen3``: Qwen3-Embedding), Mistral (``mistral``: e5-mistral-7b-instruct,
+SFR-Embedding-Mistral, Linq-Embed-Mistral) and Llama (``llama``).
 
-transformers' EuroBertModel / UltrabertModel / Qwen3Model, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
+transformers' EuroBertModel / UltrabertModel / Qwen3Model / MistralModel / LlamaModel, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
 
     x = embed_tokens(ids);  per layer:  x = x + o(attn(n_1(x)));  x = x + down(act(gate(n_2 x)) * up(n_2 x))
     out = n_final(x)
@@ -16,7 +17,10 @@ what Llama's repeat_kv computes. UltraBERT's sliding layers attend to |i - j| <=
 radius: ``local_window = 2 sliding_window``), its full layers to every key; layer l is full when
 (l + 1) % 3 == 0 unless ``layer_types`` (or the older per-layer ``attention_windows``, 0 = full) says
 otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
-``rope_theta`` list). One ``bias`` field covers every Linear: with ``attention_bias`` or
+``rope_theta`` list). Mistral's causal window (token i sees i - sliding_window < j <= i) never acts
+on a sequence of at most sliding_window tokens, so that is the longest the model takes. A Mistral or
+Llama folder naming remote code (``auto_map``) is refused: such code often changes the attention (a
+bidirectional fine-tune) where config.json still says the model_type. One ``bias`` field covers every Linear: with ``attention_bias`` or
 ``mlp_bias`` set, the Linears saved without a bias get a zero one (RMSNorm has none either way).
 
 Classifiers: a per-token head is one Linear; EuroBERT's per-sequence head with ``classifier_pooling``
@@ -53,11 +57,17 @@ class Family:
     eps: float  # transformers' default rms_norm_eps
     windows: bool = False  # sliding-window layers (UltraBERT)
     base: str = "model."  # the prefix of the base model in task models (besides "model.")
+    # a decoder whose remote code (auto_map) may change the attention (e.g. bidirectional): refused
+    native_only: bool = False
+    # Mistral's causal sliding window (i - j < sliding_window): sequences are capped at it, where it never acts
+    window_caps_length: bool = False
 
 
 FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5),
             "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6),
-            "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, windows=True, base="ultrabert.")}
+            "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, windows=True, base="ultrabert."),
+            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, native_only=True, window_caps_length=True),
+            "llama": Family("Llama ", True, False, 10000.0, 1e-6, native_only=True)}
 # UltraBERT's defaults: layer l full when (l + 1) % 3 == 0, a radius of 128, thetas per layer kind
 ULTRABERT_PATTERN, ULTRABERT_RADIUS = 3, 128
 ULTRABERT_THETA = {FULL: (None, 2_560_000.0), SLIDING: (None, 10_000.0)}
@@ -121,6 +131,17 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
     refuse(hf, "rope_scaling", (None,), None, what)
     refuse(hf, "pretraining_tp", (1,), 1, what)
     refuse(hf, "use_sliding_window", (False,), False, what)
+    if family.native_only and hf.get("auto_map"):
+        raise CheckpointError(f"{what}config.json names remote code (auto_map {hf['auto_map']!r:.120}), which may "
+                              f"compute attention otherwise than transformers' {what.strip()} model (e.g. "
+                              "bidirectionally); ortformer imports the transformers architecture only")
+    max_positions = hf.get("max_position_embeddings", 8192)
+    window = hf.get("sliding_window", 4096) if family.window_caps_length else None  # transformers' default
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise CheckpointError(f"{what}config.json sliding_window={window!r} is not supported; it must be null "
+                                  "or an int >= 1")
+        max_positions = min(max_positions, window)
     if family.windows:
         positions = window_fields(hf, hf["num_hidden_layers"], what)
     else:
@@ -141,8 +162,7 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True, bias=any(biases(hf, what)),
         attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
         activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary", **positions,
-        max_positions=hf.get("max_position_embeddings", 8192), type_vocab_size=0,
-        norm_eps=hf.get("rms_norm_eps", family.eps), **common)
+        max_positions=max_positions, type_vocab_size=0, norm_eps=hf.get("rms_norm_eps", family.eps), **common)
 
 
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -230,7 +250,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import a EuroBERT, UltraBERT or Qwen3 folder as an ortformer Encoder."""
+    """Import a EuroBERT, UltraBERT, Qwen3, Mistral or Llama folder as an ortformer Encoder."""
     hf = read_json(transformer_dir(Path(folder)) / "config.json")
     family = FAMILIES[hf["model_type"]]
 

