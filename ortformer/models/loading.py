@@ -24,9 +24,14 @@ FAMILIES = {
 }
 
 
+# model_types whose encoder ortformer imports from another folder
+HINTS = {"gemma3": "; a Gemma 3 text encoder is imported from a text-only folder (model_type gemma3_text, "
+                   "Gemma3TextModel: EmbeddingGemma's)"}
+
+
 def unsupported_model_type(model_type) -> CheckpointError:
     return CheckpointError(f"model_type {model_type!r} is not supported; ortformer imports "
-                           f"{', '.join(sorted(FAMILIES))}")
+                           f"{', '.join(sorted(FAMILIES))}{HINTS.get(model_type, '')}")
 
 
 def load_hf(folder, **options) -> Loaded:

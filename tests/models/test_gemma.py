@@ -2,6 +2,7 @@
 modules) against transformers and sentence-transformers."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -46,6 +47,21 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     assert (cfg.rotary_theta, cfg.rotary_theta_local, cfg.activation, cfg.norm_eps) == (1000.0, 20.0, "gelu_tanh", 1e-6)
     assert max(c.sequence for c in cases(cfg)) > 6  # rows longer than the window
     assert assert_matches_transformers(loaded, hf_reference(transformers.Gemma3TextModel, saved), path, pad_id=0) >= 12
+
+
+def test_config_keys_as_the_hub_files_have_them(saved, tmp_path):
+    """EmbeddingGemma's config.json (saved by transformers 4) has no layer_types or rope_parameters:
+    the pattern comes from sliding_window_pattern, the thetas from rope_theta / rope_local_base_freq."""
+    folder = with_config(saved, tmp_path / "m", {"rope_theta": 1000.0, "rope_local_base_freq": 20.0,
+                                                 "sliding_window_pattern": 3})
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("layer_types", "rope_parameters"):
+        del config[key]
+    (folder / "config.json").write_text(json.dumps(config))
+    loaded = load_any(folder)
+    cfg = loaded.config
+    assert (cfg.global_every, cfg.global_offset, cfg.rotary_theta, cfg.rotary_theta_local) == (3, 2, 1000.0, 20.0)
+    assert_matches_transformers(loaded, hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
 
 def test_without_the_sandwich_norms_the_model_differs(saved):
@@ -106,10 +122,13 @@ def test_embeddinggemma_layout_equals_sentence_transformers(tmp_path):
     ({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling=.* is not supported"),
     ({"layer_types": [FULL, SLIDING, FULL, FULL]}, "a global layer every k layers"),
     ({"layer_types": [SLIDING, FULL]}, "for each of the 4 layers"),
-    ({"use_bidirectional_attention": False}, "causal=True with local_window is not implemented"),
+    ({"use_bidirectional_attention": False}, "use_bidirectional_attention=False with sliding-window layers"),
     ({"hidden_activation": "quick_gelu"}, "hidden_activation='quick_gelu' is not supported"),
     ({"num_key_value_heads": 3}, "num_key_value_heads=3 is not supported"),
     ({"sliding_window": 1}, "sliding_window=1 is not supported"),
+    ({"sliding_window": None}, "sliding_window=None is not supported"),  # transformers cannot load it either
+    ({"attn_logit_softcapping": 30.0}, r"ortformer implements null \(or no such key\)"),
+    ({"model_type": "gemma3"}, "imported from a text-only folder"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):

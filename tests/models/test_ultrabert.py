@@ -82,6 +82,8 @@ def test_masked_lm_head_is_dropped(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"sliding_window": 0}, "sliding_window=0 is not supported"),
+    ({"rope_parameters": None, "rope_theta": 5000.0}, "rope_theta=5000.0 is not supported; UltraBERT lists one theta per layer"),
+    ({"layer_types": None, "attention_windows": [3, 0, 0, 3]}, "attention_windows gives layers"),
     ({"layer_types": [FULL, SLIDING, FULL, FULL]}, "a global layer every k layers"),
     ({"attention_windows": [3, 3]}, "attention_windows=.* is not supported"),
     ({"architectures": ["UltrabertForSequenceClassification"], "classifier_pooling": "max"},

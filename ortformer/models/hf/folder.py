@@ -443,8 +443,8 @@ def refuse(hf: dict, key: str, supported: tuple, default=None, what: str = "") -
     """CheckpointError unless hf[key] (default when absent) is one of ``supported``."""
     value = hf.get(key, default)
     if value not in supported:
-        raise CheckpointError(f"{what}config.json {key}={value!r} is not supported; "
-                              f"ortformer implements {', '.join(map(repr, supported))}")
+        names = ", ".join("null (or no such key)" if v is None else repr(v) for v in supported)
+        raise CheckpointError(f"{what}config.json {key}={value!r} is not supported; ortformer implements {names}")
 
 
 # tokenizer files of older saves (WordPiece / BPE vocabularies, sentencepiece models): the

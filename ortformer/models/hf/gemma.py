@@ -15,12 +15,13 @@ exclusive bounds), a full layer to every key. Layer l is full when (l + 1) % 6 =
 
 This is ortformer's pre-norm ``rmsnorm`` encoder with ``sandwich_norm`` (the post-attention and
 post-FFN norms), ``qk_norm``, ``ffn_gated`` and ``local_window = sliding_window`` with
-``global_every`` / ``global_offset`` from the pattern. Folded into the weights, exactly as
-transformers computes them in float32: every norm weight stored as 1 + w, the token table
-multiplied by sqrt(F), and the query norm's weight by sqrt(D / query_pre_attn_scalar) when the
-scalar is not the head size D (ortformer scales scores by 1/sqrt(D)). Grouped-query attention is
-expanded as in llama.py. Causal Gemma 3 models import without sliding layers only (causal
-attention with a window is not implemented); attention logit soft-capping is refused. The LM
+``global_every`` / ``global_offset`` from the pattern. Folded into the weights: every norm weight
+stored as 1 + w and the token table multiplied by sqrt(F), the same float32 products transformers
+computes; the query norm's weight multiplied by sqrt(D / query_pre_attn_scalar) when the scalar is
+not the head size D (ortformer scales scores by 1/sqrt(D); equal in exact arithmetic to
+transformers' scaling of the scores, up to rounding). Grouped-query attention is
+expanded as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false) import when every
+layer is full (causal attention with a window is not implemented); attention logit soft-capping is refused. The LM
 and classification heads are set aside.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
-from .llama import base_tensors, biases, kv_heads, linear_shapes, map_linears
+from .llama import base_tensors, biases, kv_heads, map_linears, names
 from .windows import FULL, SLIDING, check_layer_types, global_period, rope_thetas
 
 WHAT = "Gemma 3 "
@@ -44,7 +45,8 @@ REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_laye
 DROPPED_PREFIXES = ("lm_head.", "score.")
 # transformers' Gemma3TextConfig defaults, for keys a config.json leaves out
 DEFAULTS = {"head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096, "sliding_window_pattern": 6,
-            "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "hidden_activation": "gelu_pytorch_tanh"}
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "hidden_activation": "gelu_pytorch_tanh",
+            "num_key_value_heads": 4}
 DEFAULT_THETA = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
 NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention_norm",
          "pre_feedforward_layernorm": "norm2", "post_feedforward_layernorm": "post_ffn_norm"}
@@ -53,6 +55,11 @@ NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention
 def setting(hf: dict, key: str):
     value = hf.get(key)
     return DEFAULTS[key] if value is None else value
+
+
+def pattern_key(hf: dict) -> str:
+    """The config.json key the layer pattern comes from, for error messages."""
+    return "layer_types" if hf.get("layer_types") is not None else "sliding_window_pattern"
 
 
 def layer_kinds(hf: dict, layers: int) -> list[str]:
@@ -70,7 +77,7 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     require(hf, WHAT.strip(), REQUIRED)
     require({key: setting(hf, key) for key in ("head_dim", "query_pre_attn_scalar")}, WHAT.strip(),
             ("head_dim", "query_pre_attn_scalar"))
-    activation = hf.get("hidden_activation") or hf.get("hidden_act") or DEFAULTS["hidden_activation"]
+    activation = setting(hf, "hidden_activation")  # Gemma3TextConfig reads no hidden_act
     if activation not in ACTIVATIONS:
         raise CheckpointError(f"{WHAT}config.json hidden_activation={activation!r} is not supported; ortformer "
                               f"implements {', '.join(map(repr, ACTIVATIONS))}")
@@ -78,10 +85,15 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     bidirectional = hf.get("use_bidirectional_attention") or False
     if not isinstance(bidirectional, bool):
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional!r} must be true or false")
-    kv_heads(hf, WHAT)
+    kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"])
     layers, heads = hf["num_hidden_layers"], hf["num_attention_heads"]
-    every, offset = global_period(layer_kinds(hf, layers), WHAT)
-    window = setting(hf, "sliding_window") if every > 1 else 0
+    every, offset = global_period(layer_kinds(hf, layers), WHAT, pattern_key(hf))
+    if every > 1 and not bidirectional:
+        raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional} with sliding-window "
+                              "layers is not supported: ortformer imports causal Gemma 3 models with full attention "
+                              "in every layer, and bidirectional ones (EmbeddingGemma) with sliding windows")
+    # a null window is no window at all (transformers cannot load such a config): refused below
+    window = hf.get("sliding_window", DEFAULTS["sliding_window"]) if every > 1 else 0
     if every > 1 and (isinstance(window, bool) or not isinstance(window, int) or window < 2):
         raise CheckpointError(f"{WHAT}config.json sliding_window={window!r} is not supported; ortformer implements "
                               "windows of an int >= 2 tokens")
@@ -98,22 +110,11 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"), **common)
 
 
-def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
-    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP)."""
-    f, d = cfg.hidden_size, cfg.head_size
-    shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,), **linear_shapes(cfg, kv, biased)}
-    for i in range(cfg.num_layers):
-        p = f"layers.{i}."
-        shapes.update({p + norm + ".weight": (f,) for norm in NORMS})
-        shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (d,)
-    return shapes
-
-
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int, biased: tuple[bool, bool],
                 query_scalar: float) -> tuple[Tensors, list[str]]:
     """Check a Gemma 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale."""
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
-    check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    check_tensors(kept, names(cfg, kv, biased, tuple(NORMS)), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
 
     def unit_offset(name: str) -> torch.Tensor:  # Gemma's norms multiply by 1 + w, in float32
         return 1.0 + kept[name].float()
@@ -139,7 +140,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     def weights(raw, cfg, where, duplicates):
         scalar = setting(hf, "query_pre_attn_scalar")
-        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, WHAT), biases(hf, WHAT), scalar)
+        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"]),
+                           biases(hf, WHAT), scalar)
 
     return import_folder(folder, family="gemma3_text", build=gemma_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)

@@ -55,6 +55,7 @@ class Family:
     qk_norm: bool
     theta: float  # transformers' default rope theta
     eps: float  # transformers' default rms_norm_eps
+    max_positions: int  # transformers' default max_position_embeddings
     windows: bool = False  # sliding-window layers (UltraBERT)
     base: str = "model."  # the prefix of the base model in task models (besides "model.")
     # a decoder whose remote code (auto_map) may change the attention (e.g. bidirectional): refused
@@ -63,18 +64,19 @@ class Family:
     window_caps_length: bool = False
 
 
-FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5),
-            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6),
-            "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, windows=True, base="ultrabert."),
-            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, native_only=True, window_caps_length=True),
-            "llama": Family("Llama ", True, False, 10000.0, 1e-6, native_only=True)}
+FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5, 8192),
+            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6, 32768),
+            "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, 32768, windows=True, base="ultrabert."),
+            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, window_caps_length=True),
+            "llama": Family("Llama ", True, False, 10000.0, 1e-6, 2048, native_only=True)}
 # UltraBERT's defaults: layer l full when (l + 1) % 3 == 0, a radius of 128, thetas per layer kind
 ULTRABERT_PATTERN, ULTRABERT_RADIUS = 3, 128
 ULTRABERT_THETA = {FULL: (None, 2_560_000.0), SLIDING: (None, 10_000.0)}
 
 
-def kv_heads(hf: dict, what: str) -> int:
-    heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads") or hf["num_attention_heads"]
+def kv_heads(hf: dict, what: str, default: int | None = None) -> int:
+    """num_key_value_heads; when config.json has none, ``default`` (the family's), else one per query head."""
+    heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads") or default or hf["num_attention_heads"]
     if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or heads % kv:
         raise CheckpointError(f"{what}config.json num_key_value_heads={kv!r} is not supported; it must be an int "
                               f"that divides num_attention_heads={heads}")
@@ -108,12 +110,16 @@ def window_fields(hf: dict, layers: int, what: str) -> dict:
         kinds = [SLIDING if w else FULL for w in windows]
     else:
         kinds = [SLIDING if (l + 1) % ULTRABERT_PATTERN else FULL for l in range(layers)]
-    every, offset = global_period(kinds, what)
+    source = "layer_types" if hf.get("layer_types") is not None else "attention_windows" if windows is not None else None
+    every, offset = global_period(kinds, what, source)
     if every > 1 and (isinstance(radius, bool) or not isinstance(radius, int) or radius < 1):
         raise CheckpointError(f"{what}config.json sliding_window={radius!r} is not supported; it must be an int >= 1 "
                               "(the radius |i - j| <= sliding_window)")
-    if hf.get("rope_parameters") is None and isinstance(hf.get("rope_theta"), list):
+    if hf.get("rope_parameters") is None and hf.get("rope_theta") is not None:
         # older saves: one theta per layer, read per kind (the last layer of a kind decides)
+        if not isinstance(hf["rope_theta"], list):
+            raise CheckpointError(f"{what}config.json rope_theta={hf['rope_theta']!r} is not supported; UltraBERT "
+                                  "lists one theta per layer (or give rope_parameters per layer kind)")
         thetas = dict(zip(kinds, hf["rope_theta"]))
         hf = {**hf, "rope_parameters": {kind: {"rope_type": "default", "rope_theta": theta}
                                         for kind, theta in thetas.items()}}
@@ -135,7 +141,7 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         raise CheckpointError(f"{what}config.json names remote code (auto_map {hf['auto_map']!r:.120}), which may "
                               f"compute attention otherwise than transformers' {what.strip()} model (e.g. "
                               "bidirectionally); ortformer imports the transformers architecture only")
-    max_positions = hf.get("max_position_embeddings", 8192)
+    max_positions = hf.get("max_position_embeddings", family.max_positions)
     window = hf.get("sliding_window", 4096) if family.window_caps_length else None  # transformers' default
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -184,13 +190,18 @@ def linear_shapes(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dic
     return out
 
 
-def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
-    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP)."""
+LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")  # Llama's: before attention, before the MLP
+
+
+def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool], norms: tuple[str, ...] = LAYER_NORMS
+          ) -> dict[str, tuple[int, ...]]:
+    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP), each layer's
+    ``norms`` (F wide) and, with qk_norm, its q / k norms (D wide)."""
     f, d = cfg.hidden_size, cfg.head_size
     shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,), **linear_shapes(cfg, kv, biased)}
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
-        shapes[p + "input_layernorm.weight"] = shapes[p + "post_attention_layernorm.weight"] = (f,)
+        shapes.update({f"{p}{norm}.weight": (f,) for norm in norms})
         if cfg.qk_norm:
             shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (d,)
     return shapes

@@ -1,4 +1,4 @@
-"""Layer patterns of sliding-window models (ModernBERT, Gemma 3): which layers attend globally,
+"""Layer patterns of sliding-window models (ModernBERT, Gemma 3, UltraBERT): which layers attend globally,
 and the rotary theta of each layer kind.
 
 ortformer expresses a pattern as "layer l is global when l % global_every == global_offset,
@@ -20,10 +20,10 @@ def check_layer_types(kinds, layers: int, what: str) -> list[str]:
     return kinds
 
 
-def global_period(kinds: list[str], what: str) -> tuple[int, int]:
+def global_period(kinds: list[str], what: str, source: str | None = "layer_types") -> tuple[int, int]:
     """(global_every, global_offset) that give ``kinds`` (layer l global when
     l % global_every == global_offset); (1, 0) when every layer is global. A pattern that no
-    period gives is refused."""
+    period gives is refused, naming config.json's ``source`` key."""
     layers = len(kinds)
     full = [l for l, kind in enumerate(kinds) if kind == FULL]
     if len(full) == layers:
@@ -35,14 +35,16 @@ def global_period(kinds: list[str], what: str) -> tuple[int, int]:
     else:
         every, offset = full[1] - full[0], full[0]
     if offset >= every or kinds != [FULL if l % every == offset else SLIDING for l in range(layers)]:
-        raise CheckpointError(f"{what}config.json layer_types={kinds!r:.160} is not supported; ortformer implements "
-                              "a global layer every k layers (l % k == offset) and sliding layers between them")
+        raise CheckpointError(f"{what}config.json {source or 'layer pattern'} gives layers {kinds!r:.160}, which is not "
+                              "supported; ortformer implements a global layer every k layers (l % k == offset) and "
+                              "sliding layers between them")
     return every, offset
 
 
 def rope_thetas(hf: dict, defaults: dict[str, tuple[str | None, float]], what: str) -> dict[str, float]:
     """The rotary theta of each layer kind, from rope_parameters ({kind: {...}}) or, in older
-    configs, the key ``defaults[kind][0]`` (``defaults[kind][1]`` when absent or None)."""
+    configs, the key ``defaults[kind][0]`` (``defaults[kind][1]`` when that key is None or absent
+    from config.json)."""
     refuse(hf, "rope_scaling", (None,), None, what)
     params = hf.get("rope_parameters") or {}
     if not isinstance(params, dict) or not set(params) <= {FULL, SLIDING}:
