@@ -66,9 +66,10 @@ def their_weights(folder, texts):
     return (out.to_dense() if out.is_sparse else out).numpy()
 
 
+# each family, strategy and activation at least once (BERT with max is their combination; CI time)
 @pytest.mark.parametrize("family, strategy, activation", [
-    ("bert", "max", "relu"), ("bert", "sum", "log1p_relu"), ("distilbert", "max", "relu"),
-    ("roberta", "max", "relu"), ("modernbert", "sum", "relu")])
+    ("bert", "sum", "log1p_relu"), ("distilbert", "max", "relu"), ("roberta", "max", "relu"),
+    ("modernbert", "sum", "relu")])
 def test_sparse_encoder_exports_and_equals_sentence_transformers(tmp_path, family, strategy, activation):
     folder = sparse_folder(tmp_path, family, strategy, activation)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
