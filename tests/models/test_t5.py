@@ -105,9 +105,9 @@ def test_heads_that_do_not_split_d_model(tmp_path):
     # flan-t5-small / mt5-small shape: 6 heads of 64 in 512, here 3 heads of 16 in 32 (A = 48)
     folder = save_hf(transformers.T5EncoderModel, tiny_config(d_kv=16, num_heads=3, feed_forward_proj="gated-gelu"),
                      tmp_path / "m", seed=9)
-    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    loaded = load_any(folder)  # eager only: Qwen3's and Gemma 3's tests export such heads (CI time)
     assert (loaded.config.attention_head_size, loaded.config.attention_size) == (16, 48)
-    assert assert_matches_transformers(loaded, hf_reference(transformers.T5EncoderModel, folder), path, pad_id=0) >= 12
+    assert assert_matches_transformers(loaded, hf_reference(transformers.T5EncoderModel, folder), None, pad_id=0) >= 12
 
 
 def test_saved_dense_act_fn_and_is_gated_act_win_over_feed_forward_proj(saved, tmp_path):

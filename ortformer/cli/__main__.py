@@ -1,0 +1,4 @@
+"""`python -m ortformer.cli ...`: the same command line as the `ortformer` script."""
+from . import main
+
+main()
