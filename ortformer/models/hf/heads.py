@@ -5,7 +5,8 @@ A per-sequence head reads the first token: logits = W_o act(W_h x_0 + b_h) + b_o
 is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification head, DistilBERT's
 pre_classifier + classifier and DeBERTa's context pooler + classifier; ModernBERT's reads the
 first token or the mean and adds a norm: W_o norm(act(W_h v)) + b_o. A per-token head is one
-Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). The tensors keep the names the task model saves them
+Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). Decoders used as
+encoders (Qwen3, Mistral, Llama, Gemma 3) score the last kept token with one Linear, "score". The tensors keep the names the task model saves them
 under; the family's own loader drops them as before, and import_folder takes them from here.
 
 An MLM head is a per-token head over the vocabulary, logits = W_e norm(act(W_h x_i + b_h)) + b_e
@@ -28,6 +29,7 @@ class HeadLayout:
     norm: str | None = None  # a norm after the activation (ModernBERT), or None
     pooling: str = "cls"  # what a per-sequence head reads
     dense_bias_optional: bool = False  # a Dense saved without bias means zeros (ModernBERT's classifier_bias)
+    out_bias_optional: bool = False  # an output Linear saved without bias means zeros (the decoders' score)
 
 
 # model_type -> the per-sequence head; a per-token head is "classifier" alone (ModernBERT: _modernbert_head)
@@ -55,7 +57,12 @@ SEQUENCE_HEADS = {
     "esm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "roformer": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),  # activation: hidden_act (classifier_head)
 }
-HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert")  # both tasks, in every one of them
+# decoders used as encoders (transformers' GenericFor*Classification): one "score" Linear, without bias
+# per sequence, on the last token (transformers: the last one that is not pad_token_id; ortformer: the last
+# kept one, the same token unless a text itself ends in pad ids); per token with bias unless
+# token_classification_bias is false
+SCORE_HEADS = ("qwen3", "mistral", "llama", "gemma3_text")
+HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert", *SCORE_HEADS)  # both tasks, in every one of them
 
 
 # model_type -> the masked-LM head: (Dense, norm, decoder, the decoder bias's other saved name)
@@ -100,7 +107,7 @@ class ClassifierHead:
         F, L = hidden_size, self.size
         # (target, source, kind, shape, may be absent)
         parts = [("classifier", self.layout.out, "weight", (L, F), False),
-                 ("classifier", self.layout.out, "bias", (L,), False)]
+                 ("classifier", self.layout.out, "bias", (L,), self.layout.out_bias_optional)]
         if self.layout.dense is not None:
             parts += [("classifier_dense", self.layout.dense, "weight", (F, F), False),
                       ("classifier_dense", self.layout.dense, "bias", (F,), self.layout.dense_bias_optional)]
@@ -172,7 +179,9 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     if model_type not in HEAD_FAMILIES:
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
-    if model_type == "modernbert":
+    if model_type in SCORE_HEADS:
+        layout = HeadLayout(None, "score", "none", pooling="cls" if per_token else "last", out_bias_optional=True)
+    elif model_type == "modernbert":
         layout = _modernbert_head(hf, what, per_token)
     elif model_type in ("deberta", "deberta-v2") and not per_token:
         act = head_activation(hf.get("pooler_hidden_act", "gelu"), "pooler_hidden_act", what)  # gelu_new -> gelu_tanh

@@ -25,8 +25,9 @@ bidirectional fine-tune) where config.json still says the model_type. One ``bias
 
 Classifiers: a per-token head is one Linear; EuroBERT's per-sequence head with ``classifier_pooling``
 "bos" or "mean" is W_o gelu(W_h v + b_h) + b_o on the first token or the mean ("late", the mean of
-per-token logits, is refused); UltraBERT's is W_o v + b_o on the first token ("cls") or the mean.
-The LM heads and Qwen3's score head are dropped.
+per-token logits, is refused); UltraBERT's is W_o v + b_o on the first token ("cls") or the mean;
+the decoders' (Qwen3, Mistral, Llama) is one "score" Linear on the last kept token (heads.py). The LM
+heads are dropped.
 """
 from __future__ import annotations
 
