@@ -173,6 +173,9 @@ class EncoderConfig:
     sentence_dense_bias: bool = True
     # l2-normalise the sentence embedding (cosine-ready vectors), after the Dense head
     normalize_embeddings: bool = False
+    # keep the first K features of the sentence embedding, after the normalisation, as
+    # sentence-transformers' truncate_dim does (Matryoshka models: smaller vectors); 0 = all
+    truncate_dim: int = 0
     # classifier head (a fine-tuned *ForSequenceClassification / *ForTokenClassification):
     # 0 = none, else the number of labels L and a "logits" output
     classifier_labels: int = 0
@@ -249,7 +252,7 @@ class EncoderConfig:
         else hidden_size."""
         if self.sparse:
             return self.classifier_labels
-        return self.sentence_dense_size or self.hidden_size
+        return self.truncate_dim or self.sentence_dense_size or self.hidden_size
 
     @property
     def takes_ids(self) -> bool:
@@ -334,6 +337,12 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.sparse and cfg.sentence_dense_size:
         raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps a pooled hidden vector; "
                           f"pooling={cfg.pooling!r} gives vocabulary weights: set it to 0")
+    if cfg.truncate_dim:
+        width = cfg.sentence_dense_size or cfg.hidden_size
+        if cfg.pooling == "none" or cfg.sparse or not 0 < cfg.truncate_dim <= width:
+            raise ConfigError(f"truncate_dim={cfg.truncate_dim} keeps the first features of a pooled sentence embedding: "
+                              f"it needs pooling mean, cls, last or max (got {cfg.pooling!r}) and a value in "
+                              f"1..{width} (the embedding's width), or 0 for the whole embedding")
     if cfg.splade_activation != "relu" and not cfg.sparse:
         raise ConfigError(f"splade_activation={cfg.splade_activation!r} shapes SPLADE pooling; "
                           f"with pooling={cfg.pooling!r} leave it at 'relu'")

@@ -59,6 +59,10 @@ def test_every_field_has_a_reason_comment():
     ({"sentence_dense_size": -1}, "sentence_dense_size=-1", ">= 0"),
     ({"sentence_dense_activation": "swish"}, "sentence_dense_activation='swish'", "identity, tanh, relu"),
     ({"sentence_dense_size": 8, "pooling": "none"}, "sentence_dense_size=8", "choose a pooling"),
+    ({"truncate_dim": 8, "pooling": "none"}, "truncate_dim=8", "got 'none'"),
+    ({"truncate_dim": 33}, "truncate_dim=33", "1..32"),
+    ({"truncate_dim": 49, "sentence_dense_size": 48}, "truncate_dim=49", "1..48"),
+    ({"truncate_dim": -1}, "truncate_dim=-1", "or 0 for the whole embedding"),
 ])
 def test_invalid_values_name_the_field_and_valid_choices(changes, field, valid):
     with pytest.raises(ConfigError) as err:

@@ -167,6 +167,9 @@ def architecture_options(func):
                    "deberta, deberta-v2, t5, mt5).")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
+@click.option("--truncate-dim", type=click.IntRange(min=1),
+              help="Keep the first K features of sentence_embedding (Matryoshka models), after normalisation, "
+                   "as sentence-transformers' truncate_dim.")
 @click.option("--lowercase-texts/--no-lowercase-texts", default=None,
               help="Lowercase texts before tokenizing, or not (default: the --from folder's do_lower_case, else off).")
 @click.option("--no-fused-ops", is_flag=True,
@@ -189,7 +192,8 @@ def architecture_options(func):
 @click.option("--max-batch-size", type=click.IntRange(min=1),
               help="Triton max_batch_size (with --triton-repo; default 64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, tokenizer, lowercase_texts, no_fused_ops, seed, output, print_config,
+def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim, lowercase_texts, no_fused_ops, seed,
+                   output, print_config,
                    opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
@@ -252,6 +256,12 @@ def export_command(preset_name, config_file, from_path, tokenizer, lowercase_tex
         loaded = load_any(from_path)
         subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
         text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(from_path)
+    if truncate_dim is not None:
+        cfg = cfg.replace(truncate_dim=truncate_dim)
+        if from_path:  # the slice after the pooling holds no weights: the loaded model takes the new config as is
+            subject.config = cfg
+        else:
+            subject = cfg
     options["tokenizer"] = tokenizer or options.get("tokenizer")
     if lowercase_texts is not None:
         if lowercase_texts and options["tokenizer"] is None:

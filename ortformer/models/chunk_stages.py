@@ -39,6 +39,7 @@ def chunkable(cfg) -> str | None:
         (cfg.token_dropout_id < 0, "token dropout (a scale from the whole sequence's masked share)"),
         (not cfg.qk_norm, "qk_norm"),
         (not cfg.sandwich_norm, "sandwich norms"),
+        (not cfg.truncate_dim, "truncate_dim"),
     ]
     for ok, what in checks:
         if not ok:

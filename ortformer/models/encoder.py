@@ -50,7 +50,7 @@ class Encoder(nn.Module):
     attention_mask: int (B, N), 1 = keep, 0 = padding.
     Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, S):
     p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense_size = S, else s = p;
-    then s / ||s|| when normalize_embeddings. With classifier_labels = L, logits = W_o h + b_o
+    then s / ||s|| when normalize_embeddings, and s[:, :K] with truncate_dim = K. With classifier_labels = L, logits = W_o h + b_o
     with h = norm(act(W_h v + b_h)) (the Dense when classifier_dense is set, the norm when
     classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L).
     SPLADE (pooling splade_max / splade_sum) pools a per-token head over the vocabulary (an MLM
@@ -145,7 +145,9 @@ class Encoder(nn.Module):
             if self.sentence_dense is not None:
                 pooled = self.sentence_activation(self.sentence_dense(pooled))  # (B, S)
         if cfg.pooling != "none":
-            outputs["sentence_embedding"] = normalized(pooled) if cfg.normalize_embeddings else pooled
+            pooled = normalized(pooled) if cfg.normalize_embeddings else pooled
+            # Matryoshka truncation after the normalisation, as sentence-transformers' truncate_dim
+            outputs["sentence_embedding"] = pooled[:, :cfg.truncate_dim] if cfg.truncate_dim else pooled
         if logits is not None:
             outputs["logits"] = logits
         return outputs

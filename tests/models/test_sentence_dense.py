@@ -89,6 +89,33 @@ def test_linear_dense_chains_are_multiplied_out(tmp_path, chain):
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
+def test_truncate_dim_of_the_folder_and_of_the_cli_equal_sentence_transformers(labse_like, tmp_path):
+    """Matryoshka truncation: the first K features after Normalize (not normalised again), from
+    config_sentence_transformers.json's truncate_dim or from `export --truncate-dim`."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from cli_helpers import fail, invoke
+
+    folder = shutil.copytree(labse_like, tmp_path / "st")
+    _edit(folder, "config_sentence_transformers.json", {"truncate_dim": 12})
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
+    assert loaded.config.truncate_dim == 12 and loaded.config.sentence_size == 12
+    assert "truncate_dim" in chunkable(loaded.config.replace(attention="linear"))
+    got = Runtime(path, "cpu").embed_texts(TEXTS)
+    want = st_embeddings(folder, TEXTS)
+    assert got.shape == want.shape == (len(TEXTS), 12) and np.linalg.norm(got, axis=1).max() < 1.0
+    assert_same_embeddings(got, want)
+    _edit(folder, "config_sentence_transformers.json", {"truncate_dim": 64})  # past the width: the whole vector
+    assert load_any(folder).config.truncate_dim == 0
+    invoke("export", "--from", labse_like, "--truncate-dim", 8, "-o", tmp_path / "m8.onnx", "--no-parity")
+    model = st.SentenceTransformer(str(labse_like), device="cpu", truncate_dim=8)
+    assert_same_embeddings(Runtime(tmp_path / "m8.onnx", "cpu").embed_texts(TEXTS), model.encode(TEXTS))
+    assert "truncate_dim=17 keeps the first features" in fail("export", "--from", labse_like, "--truncate-dim", 17,
+                                                               "-o", tmp_path / "m17.onnx")
+
+
 def test_truncation_follows_sentence_transformers_without_sentence_bert_config(labse_like, tmp_path):
     # sentence-transformers >= 6 keeps max_seq_length as the tokenizer's model_max_length only
     texts = ["word " * 80, "short"]

@@ -103,6 +103,7 @@ class SentenceConfig:
     default_prompt: str | None = None  # used when the caller names no prompt
     dense: DenseHead | None = None  # the Dense modules after the pooling
     splade_activation: str = "relu"  # a SpladePooling module's activation_function
+    truncate_dim: int | None = None  # config_sentence_transformers.json's truncate_dim (Matryoshka)
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class DenseHead:
 
 def read_sentence_config(folder: Path) -> SentenceConfig:
     """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs."""
-    prompts, default = read_prompts(folder)
+    prompts, default, truncate_dim = read_prompts(folder)
     modules = _modules(folder)
     st_config = _transformer_settings(folder)
     if not modules:  # a plain transformers folder: its tokenizer's model_max_length still truncates
@@ -158,7 +159,7 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             dense.append(_dense_layer(_module_dir(folder, module)))
     max_len, lowercase = _text_settings(folder, *st_config)
     return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default,
-                          _chain(dense), splade_activation)
+                          _chain(dense), splade_activation, truncate_dim)
 
 
 def _check_transformer_task(folder: Path, kinds: list[str], settings: dict) -> None:
@@ -306,11 +307,12 @@ def _module_kind(module: dict) -> str:
     return kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else kind
 
 
-def read_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
-    """``prompts`` and ``default_prompt_name`` of config_sentence_transformers.json ({} and None without)."""
+def read_prompts(folder: Path) -> tuple[dict[str, str], str | None, int | None]:
+    """``prompts``, ``default_prompt_name`` and ``truncate_dim`` of config_sentence_transformers.json
+    ({}, None and None without)."""
     path = folder / "config_sentence_transformers.json"
     if not path.is_file():
-        return {}, None
+        return {}, None, None
     data = read_json(path)
     prompts = data.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
@@ -318,7 +320,10 @@ def read_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
     default = data.get("default_prompt_name")
     if default is not None and default not in prompts:
         raise CheckpointError(f"{path}: default_prompt_name {default!r} is not among the prompts {sorted(prompts)}")
-    return prompts, default
+    truncate_dim = data.get("truncate_dim")
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1):
+        raise CheckpointError(f"{path}: truncate_dim={truncate_dim!r} must be null or an int >= 1")
+    return prompts, default, truncate_dim
 
 
 # sentence-transformers pooling modes (its pooling_mode key, or the older pooling_mode_* flags)
@@ -384,6 +389,10 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
               **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {}),
               **({"splade_activation": st.splade_activation} if sparse else {})}
     cfg = build(hf_config, common)
+    # sentence-transformers truncates sentence embeddings only (a SPLADE model's are vocabulary weights);
+    # a truncate_dim at or past the width keeps them whole, as its slice does
+    if st.truncate_dim and pooling != "none" and not sparse and st.truncate_dim < cfg.sentence_size:
+        cfg = cfg.replace(truncate_dim=st.truncate_dim)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
