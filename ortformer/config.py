@@ -188,6 +188,10 @@ class EncoderConfig:
     classifier_dense: str = "none"
     # normalise h with the config's norm after the Dense (ModernBERT's prediction head)
     classifier_norm: bool = False
+    # a per-sequence head on the "last" token reads the last kept token whose id is not this one, -1 = the
+    # last kept token: transformers' decoder classifiers look for the last non-pad id, so a text ending in
+    # its pad id (an eos used as pad) is scored at the token before
+    classifier_pad_id: int = -1
     # free-form label shown by `ortformer info`; has no effect on the math
     name: str = field(default="custom")
 
@@ -248,8 +252,8 @@ class EncoderConfig:
 
     @property
     def sentence_size(self) -> int:
-        """Width of sentence_embedding: the head's labels (SPLADE), the Dense head's output,
-        else hidden_size."""
+        """Width of sentence_embedding: the head's labels (SPLADE), truncate_dim, the Dense head's
+        output, else hidden_size."""
         if self.sparse:
             return self.classifier_labels
         return self.truncate_dim or self.sentence_dense_size or self.hidden_size
@@ -346,6 +350,12 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.splade_activation != "relu" and not cfg.sparse:
         raise ConfigError(f"splade_activation={cfg.splade_activation!r} shapes SPLADE pooling; "
                           f"with pooling={cfg.pooling!r} leave it at 'relu'")
+    if cfg.classifier_pad_id != -1 and not (cfg.classifier_labels and not cfg.classifier_per_token
+                                             and cfg.classifier_pooling == "last" and cfg.takes_ids
+                                             and 0 <= cfg.classifier_pad_id < cfg.vocab_size):
+        raise ConfigError(f"classifier_pad_id={cfg.classifier_pad_id} skips a token id in a per-sequence head on the "
+                          "last token of a token-id model: it needs classifier_labels, classifier_pooling='last' and "
+                          f"an id below vocab_size={cfg.vocab_size}, or -1 (none)")
     if cfg.classifier_norm and cfg.classifier_dense == "none":
         raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
     if cfg.conv_kernel_size < 0 or (cfg.conv_kernel_size and cfg.conv_kernel_size % 2 == 0):

@@ -63,6 +63,9 @@ def test_every_field_has_a_reason_comment():
     ({"truncate_dim": 33}, "truncate_dim=33", "1..32"),
     ({"truncate_dim": 49, "sentence_dense_size": 48}, "truncate_dim=49", "1..48"),
     ({"truncate_dim": -1}, "truncate_dim=-1", "or 0 for the whole embedding"),
+    ({"classifier_pad_id": 3}, "classifier_pad_id=3", "classifier_pooling='last'"),
+    ({"classifier_pad_id": 100, "classifier_labels": 2, "classifier_pooling": "last"}, "classifier_pad_id=100",
+     "below vocab_size=100"),
 ])
 def test_invalid_values_name_the_field_and_valid_choices(changes, field, valid):
     with pytest.raises(ConfigError) as err:

@@ -216,7 +216,8 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
     if print_config:
         if from_path:
             raise click.UsageError("--print-config describes the flags' config; --from takes it from the checkpoint")
-        echo_json(config_from_options(preset_name, config_file, flags).to_dict())
+        printed = config_from_options(preset_name, config_file, flags)
+        echo_json((printed.replace(truncate_dim=truncate_dim) if truncate_dim is not None else printed).to_dict())
         return
     if not output:
         raise click.UsageError("Missing option '-o' / '--output'.")

@@ -44,13 +44,14 @@ def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encode
     else:
         loaded = load_any(against)
         model, where = loaded.model, f"{against} ({loaded.source})"
-    # what defines the model, not what it is called: a copied folder names its model after itself
+    # what defines the model, not what it is called: a copied folder names its model after itself, and
+    # an export may cut the sentence embedding (--truncate-dim: a slice that holds no weights)
     diff = {k: (v, getattr(model.config, k)) for k, v in cfg.to_dict().items()
-            if k not in ("format", "name") and getattr(model.config, k) != v}
+            if k not in ("format", "name", "truncate_dim") and getattr(model.config, k) != v}
     if diff:
         raise ConfigError(f"{against} describes another model than the file; field: (file, against) = {diff}")
-    if model.config.name != cfg.name:
-        model.config = cfg  # same architecture under another name: compare the weights alone
+    if model.config != cfg:
+        model.config = cfg  # the same architecture and weights: compare them under the file's name and cut
     return model, where, loaded
 
 

@@ -52,7 +52,8 @@ class Encoder(nn.Module):
     p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense_size = S, else s = p;
     then s / ||s|| when normalize_embeddings, and s[:, :K] with truncate_dim = K. With classifier_labels = L, logits = W_o h + b_o
     with h = norm(act(W_h v + b_h)) (the Dense when classifier_dense is set, the norm when
-    classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L).
+    classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L)
+    (over kept tokens whose id is not classifier_pad_id, when set).
     SPLADE (pooling splade_max / splade_sum) pools a per-token head over the vocabulary (an MLM
     head, L = V) into sentence_embedding (B, V): see splade_pool.
 
@@ -137,7 +138,8 @@ class Encoder(nn.Module):
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
-        logits = self.classify(x, key_mask) if self.classifier is not None else None
+        head_mask = key_mask if cfg.classifier_pad_id < 0 else key_mask & (inputs != cfg.classifier_pad_id)
+        logits = self.classify(x, head_mask) if self.classifier is not None else None
         if cfg.sparse:
             pooled = splade_pool(logits, key_mask, cfg.pooling, cfg.splade_activation)  # (B, V)
         elif cfg.pooling != "none":

@@ -68,7 +68,7 @@ def embed_corpus(model_path, input_path, output_path, *, ray_address: str | None
     ``.parquet`` (columns of those names). A row without an id gets its row number
     (JSONL: its line number counted from 0). Output: ``output_path/part-XXXXX.parquet``
     with columns ``id`` (int64 or string, as the input) and ``embedding``
-    (list<float32> of length S, the model's sentence_size: hidden size, or its Dense head's width): exactly one row per input row.
+    (list<float32> of length S, the model's sentence_size: hidden size, its Dense head's width or truncate_dim): exactly one row per input row.
 
     model: an ortformer model that pools (sentence_embedding output) and names a
     tokenizer in its metadata. provider: "cpu" or "cuda" (each actor then takes one GPU).

@@ -55,28 +55,35 @@ def test_last_token_embeddings_with_an_instruction_equal_sentence_transformers(t
 @pytest.mark.parametrize("model_cls, config_cls, extra", [
     ("MistralForSequenceClassification", "MistralConfig", {}),
     ("MistralForTokenClassification", "MistralConfig", {}),
+    ("LlamaForTokenClassification", "LlamaConfig", {"token_classification_bias": False}),
     ("Qwen3ForSequenceClassification", "Qwen3Config", {"head_dim": 8}),
     ("Gemma3TextForSequenceClassification", "Gemma3TextConfig",
      {"head_dim": 8, "query_pre_attn_scalar": 8, "rope_parameters": None, "layer_types": ["full_attention"] * 2}),
 ])
 def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
-    """transformers' GenericFor*Classification: one score Linear on the last non-pad token (per sequence,
-    no bias) or on every token."""
+    """transformers' GenericFor*Classification: one score Linear on the last token whose id is not the pad
+    id (per sequence, no bias) or on every token (a bias unless token_classification_bias is false)."""
     config = getattr(transformers, config_cls)(**{**SIZES, **extra}, num_labels=3, pad_token_id=0)
-    folder = save_hf(getattr(transformers, model_cls), config, tmp_path / "m", seed=5)
-    loaded = load_any(folder)
+    torch.manual_seed(5)
+    model = getattr(transformers, model_cls)(config).eval()
+    if model.score.bias is not None:
+        with torch.no_grad():  # away from its zero init, so a bias left out shows
+            model.score.bias.normal_()
+    model.save_pretrained(str(tmp_path / "m"))
+    loaded = load_any(tmp_path / "m")
     per_token = model_cls.endswith("TokenClassification")
     cfg = loaded.config
     assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, per_token, "none")
-    assert cfg.classifier_pooling == ("cls" if per_token else "last") and not loaded.dropped
-    torch.manual_seed(0)
-    ids = torch.randint(1, 120, (2, 9))
-    ids[1, 5:] = 0  # right padding with the pad id
-    mask = (ids != 0).long()
+    assert (cfg.classifier_pooling, cfg.classifier_pad_id) == (("cls", -1) if per_token else ("last", 0))
+    assert not loaded.dropped
+    ids = torch.randint(1, 120, (4, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    ids[1, 5:], mask[1, 5:] = 0, 0  # right padding with the pad id
+    ids[2, :3], mask[2, :3] = 0, 0  # left padding
+    ids[3, 7:] = 0  # a text that ends in the pad id (an eos used as pad): transformers scores the token before
     with torch.no_grad():
-        reference = getattr(transformers, model_cls).from_pretrained(folder, attn_implementation="eager").eval()
-        want, got = reference(input_ids=ids, attention_mask=mask).logits, loaded.model(ids, mask)["logits"]
-    keep = mask.bool() if per_token else torch.ones(2, dtype=torch.bool)
+        want, got = model(input_ids=ids, attention_mask=mask).logits, loaded.model(ids, mask)["logits"]
+    keep = (mask.bool() & (ids != 0)) if per_token else torch.ones(4, dtype=torch.bool)
     torch.testing.assert_close(got[keep], want[keep], atol=2e-5, rtol=0)
 
 

@@ -113,6 +113,9 @@ def test_truncate_dim_of_the_folder_and_of_the_cli_equal_sentence_transformers(l
     invoke("export", "--from", labse_like, "--truncate-dim", 8, "-o", tmp_path / "m8.onnx", "--no-parity")
     model = st.SentenceTransformer(str(labse_like), device="cpu", truncate_dim=8)
     assert_same_embeddings(Runtime(tmp_path / "m8.onnx", "cpu").embed_texts(TEXTS), model.encode(TEXTS))
+    invoke("check", tmp_path / "m8.onnx", "--against", labse_like)  # the cut holds no weights: the same model
+    printed = json.loads(invoke("export", "--preset", "tiny", "--truncate-dim", 8, "--print-config").stdout)
+    assert printed["truncate_dim"] == 8
     assert "truncate_dim=17 keeps the first features" in fail("export", "--from", labse_like, "--truncate-dim", 17,
                                                                "-o", tmp_path / "m17.onnx")
 

@@ -139,7 +139,8 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
     st_config = _transformer_settings(folder)
     if not modules:  # a plain transformers folder: its tokenizer's model_max_length still truncates
         max_len, lowercase = _text_settings(folder, *st_config)
-        return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default)
+        return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default,
+                              truncate_dim=truncate_dim)
     kinds = [_module_kind(m) for m in modules]
     unsupported = [k for k in kinds if k not in ST_SUPPORTED]
     if unsupported:

@@ -6,7 +6,8 @@ is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification he
 pre_classifier + classifier and DeBERTa's context pooler + classifier; ModernBERT's reads the
 first token or the mean and adds a norm: W_o norm(act(W_h v)) + b_o. A per-token head is one
 Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). Decoders used as
-encoders (Qwen3, Mistral, Llama, Gemma 3) score the last kept token with one Linear, "score". The tensors keep the names the task model saves them
+encoders (Qwen3, Mistral, Llama, Gemma 3) score the last kept token that is not a pad id with one
+Linear, "score". The tensors keep the names the task model saves them
 under; the family's own loader drops them as before, and import_folder takes them from here.
 
 An MLM head is a per-token head over the vocabulary, logits = W_e norm(act(W_h x_i + b_h)) + b_e
@@ -29,7 +30,10 @@ class HeadLayout:
     norm: str | None = None  # a norm after the activation (ModernBERT), or None
     pooling: str = "cls"  # what a per-sequence head reads
     dense_bias_optional: bool = False  # a Dense saved without bias means zeros (ModernBERT's classifier_bias)
-    out_bias_optional: bool = False  # an output Linear saved without bias means zeros (the decoders' score)
+    # the output Linear's bias: "saved", or "none" (the decoders' score Linear without one: zeros, and a
+    # stray saved bias is not read, as transformers builds no bias to load it into)
+    out_bias: str = "saved"
+    pad_id: int = -1  # a per-sequence "last" head skips trailing tokens of this id (the decoders' pad_token_id)
 
 
 # model_type -> the per-sequence head; a per-token head is "classifier" alone (ModernBERT: _modernbert_head)
@@ -97,7 +101,8 @@ class ClassifierHead:
         layout = self.layout
         return {"classifier_labels": self.size, "classifier_per_token": self.per_token,
                 "classifier_pooling": layout.pooling, "classifier_norm": layout.norm is not None,
-                "classifier_dense": layout.activation if layout.dense is not None else "none"}
+                "classifier_dense": layout.activation if layout.dense is not None else "none",
+                "classifier_pad_id": layout.pad_id}
 
     def tensors(self, raw: Tensors, hidden_size: int, norm_bias: bool, what: str) -> tuple[Tensors, set[str]]:
         """The head's weights under the Encoder's names, and the raw names they came from.
@@ -106,8 +111,9 @@ class ClassifierHead:
 
         F, L = hidden_size, self.size
         # (target, source, kind, shape, may be absent)
-        parts = [("classifier", self.layout.out, "weight", (L, F), False),
-                 ("classifier", self.layout.out, "bias", (L,), self.layout.out_bias_optional)]
+        parts = [("classifier", self.layout.out, "weight", (L, F), False)]
+        if self.layout.out_bias == "saved":
+            parts += [("classifier", self.layout.out, "bias", (L,), False)]
         if self.layout.dense is not None:
             parts += [("classifier_dense", self.layout.dense, "weight", (F, F), False),
                       ("classifier_dense", self.layout.dense, "bias", (F,), self.layout.dense_bias_optional)]
@@ -129,6 +135,8 @@ class ClassifierHead:
                                       f"({L} labels, hidden size {F})")
             mapped[f"{target}.{kind}"] = raw[name].to(torch.float32)
             used.add(name)
+        if self.layout.out_bias == "none":
+            mapped["classifier.bias"] = torch.zeros(L)
         return mapped, used
 
 
@@ -180,7 +188,7 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
     if model_type in SCORE_HEADS:
-        layout = HeadLayout(None, "score", "none", pooling="cls" if per_token else "last", out_bias_optional=True)
+        layout = _score_head(hf, what, per_token)
     elif model_type == "modernbert":
         layout = _modernbert_head(hf, what, per_token)
     elif model_type in ("deberta", "deberta-v2") and not per_token:
@@ -206,6 +214,21 @@ def _eurobert_pooling(hf: dict, what: str) -> str:
         raise CheckpointError(f"{what} config.json classifier_pooling={pooling!r} is not supported; ortformer "
                               "builds 'bos' and 'mean' (pool, then the Dense head), not 'late' (the mean of per-token logits)")
     return "cls" if pooling == "bos" else "mean"
+
+
+def _score_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
+    """transformers' GenericFor*Classification "score" Linear: per token, with a bias unless
+    token_classification_bias is false; per sequence, without one, on the last token whose id is not
+    pad_token_id (transformers reads the ids alone, so a text that ends in pad ids, e.g. an eos used as
+    pad, is scored at the token before them)."""
+    if per_token:
+        bias = hf.get("token_classification_bias", True)
+        if not isinstance(bias, bool):
+            raise CheckpointError(f"{what} config.json token_classification_bias={bias!r} must be true or false")
+        return HeadLayout(None, "score", "none", out_bias="saved" if bias else "none")
+    pad = hf.get("pad_token_id")
+    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < hf.get("vocab_size", 0) else -1
+    return HeadLayout(None, "score", "none", pooling="last", out_bias="none", pad_id=pad)
 
 
 def _cls_or_mean(hf: dict, what: str) -> str:
