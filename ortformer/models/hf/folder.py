@@ -134,7 +134,7 @@ class DenseHead:
 
 def read_sentence_config(folder: Path) -> SentenceConfig:
     """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs."""
-    prompts, default, truncate_dim = read_prompts(folder)
+    prompts, default, truncate_dim = read_st_model_config(folder)
     modules = _modules(folder)
     st_config = _transformer_settings(folder)
     if not modules:  # a plain transformers folder: its tokenizer's model_max_length still truncates
@@ -308,7 +308,7 @@ def _module_kind(module: dict) -> str:
     return kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else kind
 
 
-def read_prompts(folder: Path) -> tuple[dict[str, str], str | None, int | None]:
+def read_st_model_config(folder: Path) -> tuple[dict[str, str], str | None, int | None]:
     """``prompts``, ``default_prompt_name`` and ``truncate_dim`` of config_sentence_transformers.json
     ({}, None and None without)."""
     path = folder / "config_sentence_transformers.json"

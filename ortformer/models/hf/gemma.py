@@ -38,7 +38,7 @@ from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
 from .llama import base_tensors, biases, kv_heads, map_linears, names
-from .windows import FULL, SLIDING, check_layer_types, global_period, rope_thetas
+from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
 
 WHAT = "Gemma 3 "
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -57,20 +57,16 @@ def setting(hf: dict, key: str):
     return DEFAULTS[key] if value is None else value
 
 
-def pattern_key(hf: dict) -> str:
-    """The config.json key the layer pattern comes from, for error messages."""
-    return "layer_types" if hf.get("layer_types") is not None else "sliding_window_pattern"
-
-
-def layer_kinds(hf: dict, layers: int) -> list[str]:
-    """layer_types, or the sliding_window_pattern's: layer l full when (l + 1) % pattern == 0."""
+def layer_kinds(hf: dict, layers: int) -> tuple[list[str], str]:
+    """(each layer's kind, the config.json key it comes from): layer_types, or the
+    sliding_window_pattern's (layer l full when (l + 1) % pattern == 0)."""
     if hf.get("layer_types") is not None:
-        return check_layer_types(hf["layer_types"], layers, WHAT)
+        return check_layer_types(hf["layer_types"], layers, WHAT), "layer_types"
     pattern = setting(hf, "sliding_window_pattern")
     if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
         raise CheckpointError(f"{WHAT}config.json sliding_window_pattern={pattern!r} is not supported; "
                               "it must be an int >= 1")
-    return [SLIDING if (l + 1) % pattern else FULL for l in range(layers)]
+    return [SLIDING if (l + 1) % pattern else FULL for l in range(layers)], "sliding_window_pattern"
 
 
 def gemma_config(hf: dict, common: dict) -> EncoderConfig:
@@ -87,7 +83,8 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional!r} must be true or false")
     kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"])
     layers, heads = hf["num_hidden_layers"], hf["num_attention_heads"]
-    every, offset = global_period(layer_kinds(hf, layers), WHAT, pattern_key(hf))
+    kinds, source = layer_kinds(hf, layers)
+    every, offset = global_period(kinds, WHAT, source)
     if every > 1 and not bidirectional:
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional} with sliding-window "
                               "layers is not supported: ortformer imports causal Gemma 3 models with full attention "
@@ -97,16 +94,15 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     if every > 1 and (isinstance(window, bool) or not isinstance(window, int) or window < 2):
         raise CheckpointError(f"{WHAT}config.json sliding_window={window!r} is not supported; ortformer implements "
                               "windows of an int >= 2 tokens")
-    thetas = rope_thetas(hf, DEFAULT_THETA, WHAT)
+    pattern = pattern_fields(window, every, offset, rope_thetas(hf, DEFAULT_THETA, WHAT))
     head_dim = setting(hf, "head_dim")
     return make_config(
         WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
         num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=any(biases(hf, WHAT)),
         attention="softmax", causal=not bidirectional, qk_norm=True, norm="rmsnorm", norm_position="pre",
-        sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", rotary_theta=thetas[FULL],
-        rotary_theta_local=thetas[SLIDING] if window else 0.0, local_window=window, global_every=every,
-        global_offset=offset if window else 0, max_positions=setting(hf, "max_position_embeddings"),
+        sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", **pattern,
+        max_positions=setting(hf, "max_position_embeddings"),
         type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"), **common)
 
 

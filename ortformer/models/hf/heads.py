@@ -30,9 +30,9 @@ class HeadLayout:
     norm: str | None = None  # a norm after the activation (ModernBERT), or None
     pooling: str = "cls"  # what a per-sequence head reads
     dense_bias_optional: bool = False  # a Dense saved without bias means zeros (ModernBERT's classifier_bias)
-    # the output Linear's bias: "saved", or "none" (the decoders' score Linear without one: zeros, and a
-    # stray saved bias is not read, as transformers builds no bias to load it into)
-    out_bias: str = "saved"
+    # the output Linear has a saved bias; without (the decoders' score Linear) it is zeros, and a stray
+    # saved bias is not read, as transformers builds no bias to load it into
+    out_bias: bool = True
     pad_id: int = -1  # a per-sequence "last" head skips trailing tokens of this id (the decoders' pad_token_id)
 
 
@@ -62,9 +62,8 @@ SEQUENCE_HEADS = {
     "roformer": HeadLayout("classifier.dense", "classifier.out_proj", "gelu"),  # activation: hidden_act (classifier_head)
 }
 # decoders used as encoders (transformers' GenericFor*Classification): one "score" Linear, without bias
-# per sequence, on the last token (transformers: the last one that is not pad_token_id; ortformer: the last
-# kept one, the same token unless a text itself ends in pad ids); per token with bias unless
-# token_classification_bias is false
+# per sequence, on the last kept token whose id is not pad_token_id (_score_head); per token with a bias
+# unless token_classification_bias is false
 SCORE_HEADS = ("qwen3", "mistral", "llama", "gemma3_text")
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert", *SCORE_HEADS)  # both tasks, in every one of them
 
@@ -112,7 +111,7 @@ class ClassifierHead:
         F, L = hidden_size, self.size
         # (target, source, kind, shape, may be absent)
         parts = [("classifier", self.layout.out, "weight", (L, F), False)]
-        if self.layout.out_bias == "saved":
+        if self.layout.out_bias:
             parts += [("classifier", self.layout.out, "bias", (L,), False)]
         if self.layout.dense is not None:
             parts += [("classifier_dense", self.layout.dense, "weight", (F, F), False),
@@ -135,7 +134,7 @@ class ClassifierHead:
                                       f"({L} labels, hidden size {F})")
             mapped[f"{target}.{kind}"] = raw[name].to(torch.float32)
             used.add(name)
-        if self.layout.out_bias == "none":
+        if not self.layout.out_bias:
             mapped["classifier.bias"] = torch.zeros(L)
         return mapped, used
 
@@ -225,10 +224,10 @@ def _score_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
         bias = hf.get("token_classification_bias", True)
         if not isinstance(bias, bool):
             raise CheckpointError(f"{what} config.json token_classification_bias={bias!r} must be true or false")
-        return HeadLayout(None, "score", "none", out_bias="saved" if bias else "none")
+        return HeadLayout(None, "score", "none", out_bias=bias)
     pad = hf.get("pad_token_id")
     pad = pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < hf.get("vocab_size", 0) else -1
-    return HeadLayout(None, "score", "none", pooling="last", out_bias="none", pad_id=pad)
+    return HeadLayout(None, "score", "none", pooling="last", out_bias=False, pad_id=pad)
 
 
 def _cls_or_mean(hf: dict, what: str) -> str:

@@ -26,7 +26,8 @@ bidirectional fine-tune) where config.json still says the model_type. One ``bias
 Classifiers: a per-token head is one Linear; EuroBERT's per-sequence head with ``classifier_pooling``
 "bos" or "mean" is W_o gelu(W_h v + b_h) + b_o on the first token or the mean ("late", the mean of
 per-token logits, is refused); UltraBERT's is W_o v + b_o on the first token ("cls") or the mean;
-the decoders' (Qwen3, Mistral, Llama) is one "score" Linear on the last kept token (heads.py). The LM
+the decoders' (Qwen3, Mistral, Llama) is one "score" Linear on the last kept token whose id is not the
+pad id (heads.py). The LM
 heads are dropped.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require, transformer_dir
-from .windows import FULL, SLIDING, check_layer_types, global_period, rope_thetas
+from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
 
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 # task heads of the For... checkpoints (the base model sits under "model.")
@@ -93,7 +94,7 @@ def biases(hf: dict, what: str) -> tuple[bool, bool]:
     return flags
 
 
-def window_fields(hf: dict, layers: int, what: str) -> dict:
+def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
     """UltraBERT's sliding-window fields: local_window, global_every / global_offset and the
     rotary theta of each layer kind, from layer_types and rope_parameters or the older per-layer
     attention_windows and rope_theta lists, read as transformers reads them."""
@@ -106,12 +107,11 @@ def window_fields(hf: dict, layers: int, what: str) -> dict:
     if windows:  # as transformers reads them: the first window any layer has
         radius = next((w for w in windows if w), radius)
     if hf.get("layer_types") is not None:
-        kinds = check_layer_types(hf["layer_types"], layers, what)
+        kinds, source = check_layer_types(hf["layer_types"], layers, what), "layer_types"
     elif windows is not None:
-        kinds = [SLIDING if w else FULL for w in windows]
-    else:
-        kinds = [SLIDING if (l + 1) % ULTRABERT_PATTERN else FULL for l in range(layers)]
-    source = "layer_types" if hf.get("layer_types") is not None else "attention_windows" if windows is not None else None
+        kinds, source = [SLIDING if w else FULL for w in windows], "attention_windows"
+    else:  # the default pattern is always periodic
+        kinds, source = [SLIDING if (l + 1) % ULTRABERT_PATTERN else FULL for l in range(layers)], None
     every, offset = global_period(kinds, what, source)
     if every > 1 and (isinstance(radius, bool) or not isinstance(radius, int) or radius < 1):
         raise CheckpointError(f"{what}config.json sliding_window={radius!r} is not supported; it must be an int >= 1 "
@@ -124,10 +124,7 @@ def window_fields(hf: dict, layers: int, what: str) -> dict:
         thetas = dict(zip(kinds, hf["rope_theta"]))
         hf = {**hf, "rope_parameters": {kind: {"rope_type": "default", "rope_theta": theta}
                                         for kind, theta in thetas.items()}}
-    thetas = rope_thetas(hf, ULTRABERT_THETA, what)
-    window = 2 * radius if every > 1 else 0
-    return {"rotary_theta": thetas[FULL], "rotary_theta_local": thetas[SLIDING] if window else 0.0,
-            "local_window": window, "global_every": every, "global_offset": offset if window else 0}
+    return pattern_fields(2 * radius if every > 1 else 0, every, offset, rope_thetas(hf, ULTRABERT_THETA, what))
 
 
 def llama_config(hf: dict, common: dict) -> EncoderConfig:
@@ -150,7 +147,7 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
                                   "or an int >= 1")
         max_positions = min(max_positions, window)
     if family.windows:
-        positions = window_fields(hf, hf["num_hidden_layers"], what)
+        positions = ultrabert_pattern(hf, hf["num_hidden_layers"], what)
     else:
         layer_types = hf.get("layer_types") or []
         if not isinstance(layer_types, list) or set(layer_types) - {FULL}:

@@ -32,7 +32,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
-from .windows import FULL, SLIDING, check_layer_types, global_period, rope_thetas
+from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
 
 WHAT = "ModernBERT "
 DEFAULT_THETA = {FULL: ("global_rope_theta", 160000.0), SLIDING: ("local_rope_theta", 10000.0)}
@@ -74,15 +74,13 @@ def modernbert_config(hf: dict, common: dict) -> EncoderConfig:
     if head_dim is not None and not (isinstance(head_dim, int) and head_dim * hf["num_attention_heads"] == hf["hidden_size"]):
         raise CheckpointError(f"{WHAT}config.json head_dim={head_dim!r} is not supported; ortformer implements "
                               "head_dim = hidden_size / num_attention_heads")
-    window, every, offset = layer_pattern(hf, hf["num_hidden_layers"])
-    thetas = rope_thetas(hf, DEFAULT_THETA, WHAT)
+    pattern = pattern_fields(*layer_pattern(hf, hf["num_hidden_layers"]), rope_thetas(hf, DEFAULT_THETA, WHAT))
     return make_config(
         "ModernBERT", vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=hf["num_attention_heads"],
         num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True,
         bias=biases["norm_bias"], attention="softmax", norm="layernorm", norm_position="pre", embedding_norm=True,
         activation=ACTIVATIONS[hf.get("hidden_activation", "gelu")], positions="rotary",
-        rotary_theta=thetas[FULL], rotary_theta_local=thetas[SLIDING] if window else 0.0,
-        local_window=window, global_every=every, global_offset=offset, max_positions=hf.get("max_position_embeddings", 8192),
+        **pattern, max_positions=hf.get("max_position_embeddings", 8192),
         type_vocab_size=0, norm_eps=hf.get("norm_eps", 1e-5), **common)
 
 

@@ -41,6 +41,13 @@ def global_period(kinds: list[str], what: str, source: str | None = "layer_types
     return every, offset
 
 
+def pattern_fields(window: int, every: int, offset: int, thetas: dict[str, float]) -> dict:
+    """The EncoderConfig fields of a layer pattern: ``window`` the local_window (0 when every layer is
+    global, which global_period gives as every = 1, offset = 0) and the theta of each layer kind."""
+    return {"rotary_theta": thetas[FULL], "rotary_theta_local": thetas[SLIDING] if window else 0.0,
+            "local_window": window, "global_every": every, "global_offset": offset}
+
+
 def rope_thetas(hf: dict, defaults: dict[str, tuple[str | None, float]], what: str) -> dict[str, float]:
     """The rotary theta of each layer kind, from rope_parameters ({kind: {...}}) or, in older
     configs, the key ``defaults[kind][0]`` (``defaults[kind][1]`` when that key is None or absent
