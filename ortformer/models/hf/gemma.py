@@ -99,14 +99,14 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     return make_config(
         WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=any(biases(hf, WHAT)),
+        num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT)),
         attention="softmax", causal=not bidirectional, qk_norm=True, norm="rmsnorm", norm_position="pre",
         sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", **pattern,
         max_positions=setting(hf, "max_position_embeddings"),
         type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"), **common)
 
 
-def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int, biased: tuple[bool, bool],
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int, biased: frozenset[str],
                 query_scalar: float) -> tuple[Tensors, list[str]]:
     """Check a Gemma 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale."""
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES)

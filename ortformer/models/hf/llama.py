@@ -1,9 +1,10 @@
 """Import Llama-layer encoders: EuroBERT (``eurobert``, bidirectional), UltraBERT (``ultrabert``:
 bidirectional with sliding windows), and the causal decoders used as embedders with last-token
-pooling: Qwen3 (``qwen3``: Qwen3-Embedding), Mistral (``mistral``: e5-mistral-7b-instruct,
+pooling: Qwen3 (``qwen3``: Qwen3-Embedding), Qwen2 (``qwen2``: Qwen2 / Qwen2.5 classifiers and reward
+models, embedders without remote code), Mistral (``mistral``: e5-mistral-7b-instruct,
 SFR-Embedding-Mistral, Linq-Embed-Mistral) and Llama (``llama``).
 
-transformers' EuroBertModel / UltrabertModel / Qwen3Model / MistralModel / LlamaModel, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
+transformers' EuroBertModel / UltrabertModel / Qwen3Model / Qwen2Model / MistralModel / LlamaModel, with RMSNorm n(x) = w * x / sqrt(mean(x^2) + eps):
 
     x = embed_tokens(ids);  per layer:  x = x + o(attn(n_1(x)));  x = x + down(act(gate(n_2 x)) * up(n_2 x))
     out = n_final(x)
@@ -19,14 +20,16 @@ radius: ``local_window = 2 sliding_window``), its full layers to every key; laye
 otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
 ``rope_theta`` list). Mistral's causal window (token i sees i - sliding_window < j <= i) never acts
 on a sequence of at most sliding_window tokens, so that is the longest the model takes. A Mistral or
-Llama folder naming remote code (``auto_map``) is refused: such code often changes the attention (a
-bidirectional fine-tune) where config.json still says the model_type. One ``bias`` field covers every Linear: with ``attention_bias`` or
-``mlp_bias`` set, the Linears saved without a bias get a zero one (RMSNorm has none either way).
+Llama (or Qwen2) folder naming remote code (``auto_map``) is refused: such code often changes the
+attention (a bidirectional fine-tune such as gte-Qwen2) where config.json still says the model_type.
+One ``bias`` field covers every Linear: Qwen2's q, k and v always have one, ``attention_bias`` /
+``mlp_bias`` give one to the attention / MLP Linears, and the Linears saved without a bias get a zero
+one (RMSNorm has none either way).
 
 Classifiers: a per-token head is one Linear; EuroBERT's per-sequence head with ``classifier_pooling``
 "bos" or "mean" is W_o gelu(W_h v + b_h) + b_o on the first token or the mean ("late", the mean of
 per-token logits, is refused); UltraBERT's is W_o v + b_o on the first token ("cls") or the mean;
-the decoders' (Qwen3, Mistral, Llama) is one "score" Linear on the last kept token whose id is not the
+the decoders' (Qwen3, Qwen2, Mistral, Llama) is one "score" Linear on the last kept token whose id is not the
 pad id (heads.py). The LM
 heads are dropped.
 """
@@ -48,6 +51,9 @@ from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fi
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 # task heads of the For... checkpoints (the base model sits under "model.")
 DROPPED_PREFIXES = ("lm_head.", "dense.", "classifier.", "score.", "head.", "cls.")
+ATTENTION_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+MLP_LINEARS = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+LINEARS = ATTENTION_LINEARS + MLP_LINEARS
 
 
 @dataclass(frozen=True)
@@ -64,10 +70,13 @@ class Family:
     native_only: bool = False
     # Mistral's causal sliding window (i - j < sliding_window): sequences are capped at it, where it never acts
     window_caps_length: bool = False
+    always_biased: tuple[str, ...] = ()  # Linears saved with a bias whatever attention_bias says (Qwen2's q, k, v)
 
 
 FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5, 8192),
             "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6, 32768),
+            "qwen2": Family("Qwen2 ", True, False, 10000.0, 1e-6, 32768, native_only=True,
+                            always_biased=ATTENTION_LINEARS[:3]),
             "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, 32768, windows=True, base="ultrabert."),
             "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, window_caps_length=True),
             "llama": Family("Llama ", True, False, 10000.0, 1e-6, 2048, native_only=True)}
@@ -85,13 +94,14 @@ def kv_heads(hf: dict, what: str, default: int | None = None) -> int:
     return kv
 
 
-def biases(hf: dict, what: str) -> tuple[bool, bool]:
-    """(attention Linears biased, MLP Linears biased) from attention_bias / mlp_bias."""
+def biases(hf: dict, what: str, always: tuple[str, ...] = ()) -> frozenset[str]:
+    """The Linears (LINEARS names) saved with a bias: the attention ones with attention_bias, the MLP
+    ones with mlp_bias, and ``always``."""
     flags = tuple(hf.get(flag, False) for flag in ("attention_bias", "mlp_bias"))
     if not all(isinstance(f, bool) for f in flags):
         raise CheckpointError(f"{what}config.json attention_bias={flags[0]!r}, mlp_bias={flags[1]!r}: both must be "
                               "true or false")
-    return flags
+    return frozenset(always).union(*(names for flag, names in zip(flags, (ATTENTION_LINEARS, MLP_LINEARS)) if flag))
 
 
 def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
@@ -163,19 +173,16 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
     return make_config(
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True, bias=any(biases(hf, what)),
+        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True,
+        bias=bool(biases(hf, what, family.always_biased)),
         attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
         activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary", **positions,
         max_positions=max_positions, type_vocab_size=0, norm_eps=hf.get("rms_norm_eps", family.eps), **common)
 
 
-LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-
-
-def linear_shapes(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dict[str, tuple[int, ...]]:
+def linear_shapes(cfg: EncoderConfig, kv: int, biased: frozenset[str]) -> dict[str, tuple[int, ...]]:
     """Saved name -> shape of every layer's attention and MLP Linears (Llama, Gemma), ``kv`` key /
-    value heads, ``biased`` (attention, MLP)."""
+    value heads, a bias for each of the ``biased`` Linears."""
     f, ffn, d = cfg.hidden_size, cfg.ffn_size, cfg.head_size
     a = d * cfg.num_heads
     shapes = dict(zip(LINEARS, ((a, f), (kv * d, f), (kv * d, f), (f, a), (ffn, f), (ffn, f), (f, ffn))))
@@ -183,7 +190,7 @@ def linear_shapes(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dic
     for i in range(cfg.num_layers):
         for name, shape in shapes.items():
             out[f"layers.{i}.{name}.weight"] = shape
-            if biased[0 if name.startswith("self_attn") else 1]:
+            if name in biased:
                 out[f"layers.{i}.{name}.bias"] = shape[:1]
     return out
 
@@ -191,9 +198,9 @@ def linear_shapes(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool]) -> dic
 LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")  # Llama's: before attention, before the MLP
 
 
-def names(cfg: EncoderConfig, kv: int, biased: tuple[bool, bool], norms: tuple[str, ...] = LAYER_NORMS
+def names(cfg: EncoderConfig, kv: int, biased: frozenset[str], norms: tuple[str, ...] = LAYER_NORMS
           ) -> dict[str, tuple[int, ...]]:
-    """Saved tensor name -> shape, ``kv`` key / value heads, ``biased`` (attention, MLP), each layer's
+    """Saved tensor name -> shape, ``kv`` key / value heads, the ``biased`` Linears, each layer's
     ``norms`` (F wide) and, with qk_norm, its q / k norms (D wide)."""
     f, d = cfg.hidden_size, cfg.head_size
     shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,), **linear_shapes(cfg, kv, biased)}
@@ -243,7 +250,7 @@ def map_linears(kept: Tensors, cfg: EncoderConfig, kv: int) -> Tensors:
 
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int,
-                biased: tuple[bool, bool], base: str = "model.") -> tuple[Tensors, list[str]]:
+                biased: frozenset[str], base: str = "model.") -> tuple[Tensors, list[str]]:
     """Check a state dict and map it: the Linears by map_linears, the norms renamed."""
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES, base)
     check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
@@ -259,12 +266,13 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import a EuroBERT, UltraBERT, Qwen3, Mistral or Llama folder as an ortformer Encoder."""
+    """Import a EuroBERT, UltraBERT, Qwen3, Qwen2, Mistral or Llama folder as an ortformer Encoder."""
     hf = read_json(transformer_dir(Path(folder)) / "config.json")
     family = FAMILIES[hf["model_type"]]
 
     def weights(raw, cfg, where, duplicates):
-        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, family.what), biases(hf, family.what), family.base)
+        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, family.what),
+                           biases(hf, family.what, family.always_biased), family.base)
 
     return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
