@@ -201,7 +201,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
     \b
     Examples:
       ortformer export --preset tiny -o tiny.onnx
-      ortformer export --attention linear --layers 4 --hidden 256 --heads 4 -o lin.onnx
+      ortformer export --attention linear --layers 2 --hidden 128 --heads 4 -o lin.onnx
       ortformer export --preset tiny --print-config > my_config.json
       ortformer export --preset tiny --ffn-gated --activation silu --no-bias -o swiglu.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json

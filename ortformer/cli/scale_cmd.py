@@ -97,7 +97,7 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
 
     \b
     Examples:
-      ortformer batch model.onnx --input texts.jsonl --output embeddings.parquet
+      ortformer batch minilm.onnx --input texts.jsonl --output emb.parquet
       ortformer batch model.onnx --input texts.parquet --output emb.parquet --num-actors 2 --resume
       ortformer batch model.onnx --input texts.jsonl --output emb.parquet --ray-address ray://head:10001 --provider cuda --num-actors 4
     """

@@ -1,5 +1,6 @@
 """An export killed at any step leaves the previous model byte-identical (or, past
 the commit point, the complete new one): never a partial file."""
+import importlib
 import os
 import signal
 import subprocess
@@ -18,13 +19,19 @@ from ortformer.errors import ExportError
 from ortformer.modelfile import file_weights_digest
 from ortformer.runtime import read_model_file
 
+CHILD_CONFIG = dict(attention="cosine")
 CHILD = textwrap.dedent("""
     import sys
     from ortformer.config import preset
     from ortformer.exporter import export
-    export(preset("tiny", attention="cosine"), sys.argv[1], force=True, seed=9,
+    if len(sys.argv) > 2:  # the trace of this very model, made once by the test: later steps are under test
+        import importlib, onnx
+        export_module = importlib.import_module("ortformer.exporter.export")  # the module, not the function
+        trace = onnx.load(sys.argv[2])
+        export_module._trace_to_onnx = lambda model, opset, fused_ops=True: trace
+    export(preset("tiny", **%r), sys.argv[1], force=True, seed=9,
            progress=lambda step: print("STEP", step, flush=True))
-""")
+""" % CHILD_CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +40,37 @@ def old_model(tokens_model):
     return tokens_model.read_bytes()
 
 
+@pytest.fixture(scope="module")
+def child_trace(tmp_path_factory):
+    """The child's model traced once, so that a kill after tracing does not trace it again."""
+    export_module = importlib.import_module("ortformer.exporter.export")  # the module, not the function
+    traces = []
+    real = export_module._trace_to_onnx
+
+    def keep(model, opset, fused_ops=True):
+        traces.append(real(model, opset, fused_ops))
+        return traces[-1]
+
+    path = tmp_path_factory.mktemp("trace") / "trace.onnx"
+    export_module._trace_to_onnx = keep
+    try:
+        export(preset("tiny", **CHILD_CONFIG), path.with_name("m.onnx"), seed=9, parity=False)
+    finally:
+        export_module._trace_to_onnx = real
+    onnx.save(traces[0], str(path))
+    return path
+
+
 @pytest.mark.parametrize("step, delay", [
     ("tracing", 0.5), ("writing", 0.0), ("onnx.checker", 0.05), ("parity gate", 0.2),
 ])
-def test_sigkill_mid_export_keeps_the_old_model(step, delay, old_model, tmp_path):
+def test_sigkill_mid_export_keeps_the_old_model(step, delay, old_model, tmp_path, request):
     path = tmp_path / "m.onnx"
     path.write_bytes(old_model)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    trace = [] if step == "tracing" else [str(request.getfixturevalue("child_trace"))]
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), *trace], stdout=subprocess.PIPE, text=True,
+                             env=env)
     try:
         for line in child.stdout:
             if line.startswith("STEP") and step in line:
