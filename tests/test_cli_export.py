@@ -7,7 +7,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from ortformer.cli.export_cmd import COMMANDS
+from ortformer.cli.export_cmd import COMMANDS, config_from_options
+from ortformer.errors import ConfigError
 from ortformer.runtime import Runtime
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -65,6 +66,15 @@ def test_variant_flags_reach_the_config(tmp_path):
     stderr = fail("export", "--preset", "tiny", "--attention", "linear", "--relative-buckets", "8",
                   "-o", tmp_path / "x.onnx")
     assert "needs attention='softmax'" in stderr and not (tmp_path / "x.onnx").exists()
+
+
+def test_vocab_zero_alone_means_float_features():
+    flags = {"vocab": 0, "type_vocab": None}
+    cfg = config_from_options("tiny", None, flags)
+    assert (cfg.vocab_size, cfg.type_vocab_size) == (0, 0)
+    with pytest.raises(ConfigError, match="type_vocab_size needs token input"):  # said explicitly: refused
+        config_from_options("tiny", None, {**flags, "type_vocab": 2})
+    assert config_from_options("tiny", None, {"vocab": 50, "type_vocab": None}).type_vocab_size == 2  # the preset's
 
 
 def test_existing_file_needs_force(tmp_path):

@@ -67,6 +67,8 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
     if config_file:
         cfg = read_config_file(config_file, cfg)
     changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
+    if changes.get("vocab_size") == 0 and "type_vocab_size" not in changes:
+        changes["type_vocab_size"] = 0  # float features carry no token types: --vocab 0 alone means that
     return cfg.replace(**changes) if changes else cfg
 
 
@@ -111,7 +113,8 @@ def architecture_options(func):
         click.option("--hidden", type=click.IntRange(min=1), help="Hidden size F."),
         click.option("--heads", type=click.IntRange(min=1)),
         click.option("--ffn", type=click.IntRange(min=1), help="Feed-forward inner size."),
-        click.option("--vocab", type=click.IntRange(min=0), help="Vocabulary size; 0 = float-feature input."),
+        click.option("--vocab", type=click.IntRange(min=0),
+                     help="Vocabulary size; 0 = float-feature input (and no token types, unless --type-vocab says)."),
         click.option("--max-positions", type=click.IntRange(min=1)),
         click.option("--type-vocab", type=click.IntRange(min=0), help="Segment (token type) vocabulary; 0 = none."),
         click.option("--pooling", type=click.Choice(POOLINGS)),
