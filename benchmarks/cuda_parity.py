@@ -8,8 +8,8 @@ with the same random inputs, and prints one JSON object: per case and overall
 max_abs = max |cuda - cpu| and min_cosine = min over vectors cos(cuda_i, cpu_i),
 over kept tokens (last_hidden_state) and non-empty rows (sentence_embedding).
 
-Exit status: 0 within the gate parity.GATES["cuda"] (max_abs <= 1e-3 and
-min_cosine >= 0.9999 at the time of writing), 1 beyond, and 0 with
+Exit status: 0 within the gate parity.GATES["cuda"] in every comparison (max_abs <= 1e-3, or
+1e-4 of the output's scale past 10, and min_cosine >= 0.9999 at the time of writing), 1 beyond, and 0 with
 {"skipped": true, "reason": ...} where CUDA is not usable on this machine.
 The CUDA run goes through IO binding, the path Runtime uses on the GPU.
 """
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(args.seed)
     cases, worst, overall, seconds = [], {}, {}, {"cpu": 0.0, "cuda": 0.0}
+    passed = True
     for case in grid(cpu.config):
         inputs = make_inputs(cpu.config, case, rng)
         outputs = {}
@@ -58,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         for output in cpu.output_names:
             m = compare(output, outputs["cuda"][output], outputs["cpu"][output], inputs[contract.ATTENTION_MASK])
             metrics[output] = {"max_abs": m["max_abs"], "min_cosine": m["min_cosine"]}
+            passed = passed and passes(m, GATE)  # per comparison: the bound follows each output's scale
             fold_worst(worst, output, m)
             fold_worst(overall, "all outputs", m)
         cases.append({"batch": case.batch, "sequence": case.sequence, "padding": case.padding, "outputs": metrics})
 
     total = overall["all outputs"]
-    max_abs, min_cosine, passed = total["max_abs"], total["min_cosine"], passes(total, GATE)
+    max_abs, min_cosine = total["max_abs"], total["min_cosine"]
     print(json.dumps({
         "model": args.model, "device_id": cuda.device_id, "provider": cuda.provider,
         "gate": GATE,

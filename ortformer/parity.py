@@ -7,7 +7,13 @@ Metrics, per output, over kept tokens (last_hidden_state) or non-empty rows
 - max_rel = max_abs / max |eager|   (error relative to the output's scale)
 - min_cosine = min over vectors of cos(ort_i, eager_i); a classifier's logits are one
   vector per case (a row of one or a few scores has no direction of its own)
-Gates use rtol = 0: an absolute bound and a cosine floor per dtype.
+Gates use rtol = 0 (no per-element relative bound, which near-zero elements would break): a
+bound on max_abs and a cosine floor per dtype. The max_abs bound is absolute for outputs of scale
+up to max_abs / max_rel and relative to the scale past it (max_abs <= max(max_abs, max_rel x
+max |eager|)): float32 rounding grows with the magnitude of the values, so a correct graph whose
+outputs reach a few hundred differs from eager by more than 1e-4 (a T5 whose residual stream
+reached 311 gave 1.6e-4, as far from a float64 run as PyTorch's own float32 was), while a graph
+error is off by far more than 1e-5 of the scale.
 
 This module is numpy + onnxruntime only; the eager side is any callable that
 maps named numpy inputs to named numpy outputs.
@@ -25,15 +31,15 @@ from .config import EncoderConfig
 
 GATES = {
     # the export gate, by the file's precision, against the float32 eager model
-    "float32": {"max_abs": 1e-4, "min_cosine": 0.99999},
+    "float32": {"max_abs": 1e-4, "max_rel": 1e-5, "min_cosine": 0.99999},
     # reduced precision is judged by direction against the float32 eager output
     "float16": {"max_abs": None, "min_cosine": 0.999},
     "int8": {"max_abs": None, "min_cosine": 0.99},
     # an offline-optimized file against its original with the same rewrites done at session start
     # (the save must be faithful); against the original with none, the file's own dtype gate applies
-    "optimized": {"max_abs": 1e-4, "min_cosine": 0.99999},
+    "optimized": {"max_abs": 1e-4, "max_rel": 1e-5, "min_cosine": 0.99999},
     # the same file on CUDA against CPU: cuBLAS/cuDNN sum in another order (and TF32 may be on)
-    "cuda": {"max_abs": 1e-3, "min_cosine": 0.9999},
+    "cuda": {"max_abs": 1e-3, "max_rel": 1e-4, "min_cosine": 0.9999},
 }
 EXAMPLE_BATCH = 3  # the grid's batches are 1, 2 and 5, so no grid shape equals the example's
 LONGEST_GRID_SEQUENCE = 512  # cap for huge position tables; keeps the gate to seconds
@@ -125,11 +131,14 @@ def row_cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 
 def passes(metrics: dict, gate: dict) -> bool:
-    """Whether compare()'s metrics (or a worst case of them) are within a GATES row."""
+    """Whether compare()'s metrics of one comparison are within a GATES row: max_abs within
+    max(gate max_abs, gate max_rel x the output's scale), and min_cosine at least the floor."""
     if not metrics["finite"]:
         return False
     if gate["max_abs"] is not None and metrics["max_abs"] > gate["max_abs"]:
-        return False
+        relative = gate.get("max_rel")  # past max_abs / max_rel the bound scales with the output
+        if relative is None or not metrics.get("max_rel", float("inf")) <= relative:
+            return False
     return metrics["min_cosine"] >= gate["min_cosine"]
 
 
@@ -162,8 +171,8 @@ def run_parity(session, eager: Callable[[Named], Named], cfg: EncoderConfig,
             outputs[name] = m
             fold_worst(worst, name, m)
         cases.append({**asdict(case), "outputs": outputs})
-    for metrics in worst.values():
-        metrics["passed"] = passes(metrics, gate)
+    for name, metrics in worst.items():  # per case: a worst max_abs and a worst max_rel may come from two cases
+        metrics["passed"] = all(c["outputs"][name]["passed"] for c in cases)
     return {
         "dtype": dtype,
         "gate": gate,
@@ -186,7 +195,8 @@ def failed_cases(report: dict) -> list[str]:
         for name, m in case["outputs"].items():
             if not m["passed"]:
                 lines.append(f"{tag}batch={case['batch']} sequence={case['sequence']} padding={case['padding']} "
-                             f"{name}: max_abs={m['max_abs']:.3g} min_cosine={m['min_cosine']:.6f}")
+                             f"{name}: max_abs={m['max_abs']:.3g} max_rel={_number(m, 'max_rel'):.3g} "
+                             f"min_cosine={m['min_cosine']:.6f}")
     return lines
 
 

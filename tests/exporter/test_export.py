@@ -10,7 +10,7 @@ import torch
 from ortformer import contract
 from ortformer.config import preset
 from ortformer.errors import ExportError, ParityError
-from ortformer.exporter import export, grid
+from ortformer.exporter import GATES, export, grid
 from ortformer.parity import example_shape
 from ortformer.models import build_encoder
 
@@ -111,6 +111,19 @@ def test_perturbed_reference_fails_the_gate_and_leaves_no_file(tmp_path):
     assert not path.exists() and list(tmp_path.iterdir()) == []
     assert err.value.report["passed"] is False
     assert "max_abs" in str(err.value)
+
+
+def test_float32_bound_follows_the_outputs_scale(tmp_path):
+    """The same model with every output x 1000 (its final norm scaled): float32 rounding grows with the
+    outputs, past 1e-4, and the gate holds it to 1e-5 of their scale instead."""
+    model = build_encoder(preset("tiny", norm_position="pre", num_layers=1), seed=0)
+    with torch.no_grad():
+        model.norm.weight.mul_(1000.0)
+        model.norm.bias.mul_(1000.0)
+    report = export(model, tmp_path / "m.onnx").report
+    worst = report["worst"]["last_hidden_state"]
+    assert worst["max_abs"] > GATES["float32"]["max_abs"]  # past the absolute bound, which measured rounding here
+    assert worst["max_rel"] <= GATES["float32"]["max_rel"] and report["passed"]
 
 
 @pytest.mark.usefixtures("cached_tracing")  # plumbing, not tracing: one trace per session
