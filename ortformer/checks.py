@@ -20,3 +20,9 @@ def check_int(name: str, value, *, low: int = 1, high: int | None = None,
         valid = f"an int in [{low}, {high}]" if high is not None else f"an int >= {low}"
         raise error(f"{name}={value!r} must be {valid}{why}")
     return int(value)
+
+
+def brief(value, limit: int = 120) -> str:
+    """repr(value) for an error message, cut to ``limit`` characters with "..." when longer."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:max(limit - 3, 1)] + "..."

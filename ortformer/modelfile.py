@@ -221,7 +221,8 @@ def _check_text_max_length(path: Path, value: str | None, config: EncoderConfig)
 
 
 def _check_int8(path: Path, text: str) -> None:
-    """The optional int8 record: {"scheme": str, "float_matmuls": [{"node": str, "reason": str}, ...], ...}."""
+    """The optional int8 record: {"scheme": str, "float_matmuls": [{"node": str, "module": str (optional),
+    "reason": str}, ...], ...}."""
     what = f"{path}: '{contract.META_INT8}' metadata"
     try:
         record = json.loads(text)
@@ -231,8 +232,10 @@ def _check_int8(path: Path, text: str) -> None:
         raise ModelFileError(f"{what} must be a JSON object with a 'scheme' string and a 'float_matmuls' list")
     kept = record.get("float_matmuls")
     if not isinstance(kept, list) or not all(
-            isinstance(k, dict) and isinstance(k.get("node"), str) and isinstance(k.get("reason"), str) for k in kept):
-        raise ModelFileError(f"{what}: 'float_matmuls' must be a list of {{\"node\": str, \"reason\": str}} objects")
+            isinstance(k, dict) and isinstance(k.get("node"), str) and isinstance(k.get("reason"), str)
+            and isinstance(k.get("module", ""), str) for k in kept):
+        raise ModelFileError(f"{what}: 'float_matmuls' must be a list of {{\"node\": str, \"reason\": str}} objects "
+                             "(and an optional \"module\": str)")
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

@@ -411,7 +411,8 @@ def info(ctx, model, as_json, sequence_length):
         click.echo(f"int8        {record['scheme']}; calibrated on {record.get('calibration', '?')}; "
                    f"{len(kept)} weight MatMul(s) kept float" + (":" if kept else ""))
         for k in kept:
-            click.echo(f"              {k['node']}: {k['reason']}")
+            where = f"{k['module']} ({k['node']})" if k.get("module") else k["node"]
+            click.echo(f"              {where}: {k['reason']}")
     usable, reason = report["providers"]["usable"], report["providers"]["cuda_unusable_reason"]
     click.echo(f"providers   usable here: {', '.join(usable)}" + (f" (cuda: {reason})" if reason else ""))
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")

@@ -31,6 +31,8 @@ against 1.3x for this one (benchmarks/int8_schemes.py).
 """
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -212,6 +214,18 @@ def _min_cosines(session, reference, feeds: list[dict]) -> float:
     return worst
 
 
+def module_of(node: onnx.NodeProto) -> dict:
+    """{"module": the model's module a MatMul computes, e.g. "blocks.3.ffn.down"}, read from the
+    name scopes torch.onnx records on each node; {} when the node carries none."""
+    scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
+    try:
+        names = ast.literal_eval(scopes) if scopes else None  # a list of strings, never code
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {}
+    ok = isinstance(names, list) and len(names) >= 2 and isinstance(names[-2], str) and names[-2]
+    return {"module": names[-2]} if ok else {}  # the last scope is the op itself ("linear_3")
+
+
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
@@ -242,6 +256,7 @@ def quantize_int8_rows(source, target, feeds: list[dict], calibration: str,
         errors[node.name] = simulated_error(rows, w, zps[node.name], smooth[node.name].astype(np.float64))
     del acts
     reference = _session(model)
+    by_name = {node.name: node for node in matmuls}
     worst_first = sorted(errors, key=errors.get, reverse=True)
     kept: list[dict] = []
     while True:
@@ -250,7 +265,7 @@ def quantize_int8_rows(source, target, feeds: list[dict], calibration: str,
         if cosine >= floor or len(kept) >= int(max_float_share * len(matmuls)):
             break
         name = worst_first[len(kept)]
-        kept.append({"node": name, "simulated_error": round(errors[name], 5),
+        kept.append({"node": name, **module_of(by_name[name]), "simulated_error": round(errors[name], 5),
                      "reason": f"calibration min cosine {cosine:.5f} < {floor} with it in int8, and its "
                                f"simulated int8 error {errors[name]:.4f} was the largest left"})
     onnx.save_model(quantized, str(target))

@@ -138,7 +138,7 @@ class Encoder(nn.Module):
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
-        head_mask = key_mask if cfg.classifier_pad_id < 0 else key_mask & (inputs != cfg.classifier_pad_id)
+        head_mask = key_mask if cfg.classifier_pad_id < 0 else not_pad_mask(key_mask, inputs, cfg.classifier_pad_id)
         logits = self.classify(x, head_mask) if self.classifier is not None else None
         if cfg.sparse:
             pooled = splade_pool(logits, key_mask, cfg.pooling, cfg.splade_activation)  # (B, V)
@@ -184,6 +184,15 @@ def token_dropout(x: torch.Tensor, masked: torch.Tensor, attention_mask: torch.T
     share = (masked & keep).sum(1).to(x.dtype) / keep.sum(1).clamp(min=1).to(x.dtype)  # (B,)
     scale = (1 - ESM_MASKED_SHARE) / torch.where(share < 1, 1 - share, torch.ones_like(share))
     return x.masked_fill(masked[..., None], 0.0) * scale[:, None, None]
+
+
+def not_pad_mask(key_mask: torch.Tensor, ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(B, N) the kept tokens whose id is not ``pad_id``, which a decoder's score head reads the last
+    of; a row whose kept tokens are all the pad id (an empty text whose eos is the pad id) keeps its
+    first kept token, the one transformers scores then (index 0 under right padding)."""
+    not_pad = key_mask & (ids != pad_id)
+    first = torch.arange(key_mask.shape[1], device=ids.device)[None, :] == key_mask.to(torch.int64).argmax(dim=1)[:, None]
+    return torch.where(not_pad.any(dim=1, keepdim=True), not_pad, first & key_mask)
 
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:

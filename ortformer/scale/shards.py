@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_int
+from ..checks import brief, check_int
 from ..fsutil import staged, write_atomic
 from ..errors import InputError, MissingExtraError
 
@@ -249,7 +249,7 @@ def _check_id(path: Path, where: str, value, row: int, id_type: str):
 
 def _check_text(path: Path, where: str, field_name: str, value) -> str:
     if not isinstance(value, str):
-        got = "missing" if value is None else f"{type(value).__name__} {value!r:.40}"
+        got = "missing" if value is None else f"{type(value).__name__} {brief(value, 40)}"
         raise InputError(f"{path}:{where}: field {field_name!r} is {got}; every record needs a text string")
     return value
 

@@ -71,11 +71,18 @@ def test_check_uses_the_float16_gate(tmp_path):
     assert "PASS" in out and "(float16 gate on" in out
 
 
-def test_info_prints_the_int8_record(int8_file):
+def test_info_prints_the_int8_record(int8_file, tmp_path):
     out = invoke("info", int8_file)
     assert "int8        per-row dynamic uint8 activations" in out and "MatMulIntegerToFloat" in out
     record = json.loads(invoke("info", int8_file, "--json"))["int8"]
     assert record["float_matmuls"] == [] and record["int8_matmuls"] == 2 * preset("tiny").num_layers * 2
+    model = onnx.load(str(int8_file))  # a file that kept one MatMul float: info names its module
+    kept = {"node": "node_MatMul_47", "module": "blocks.0.ffn.down", "reason": "its error was the largest"}
+    for prop in model.metadata_props:
+        if prop.key == contract.META_INT8:
+            prop.value = json.dumps({**record, "float_matmuls": [kept]})
+    onnx.save(model, str(tmp_path / "kept.onnx"))
+    assert "blocks.0.ffn.down (node_MatMul_47): its error was the largest" in invoke("info", tmp_path / "kept.onnx")
 
 
 def test_unreachable_floor_keeps_the_worst_matmuls_float_with_reasons(tmp_path):
@@ -88,6 +95,9 @@ def test_unreachable_floor_keeps_the_worst_matmuls_float_with_reasons(tmp_path):
     kept = record["float_matmuls"]
     assert len(kept) == len(names) // 2 and record["int8_matmuls"] == len(names) - len(kept)
     assert all(k["node"] in names and "< 1.01" in k["reason"] for k in kept)
+    # each names the model's module it computes, e.g. blocks.1.ffn.down
+    modules = {f"blocks.{i}.{m}" for i in range(cfg.num_layers) for m in ("attention.qkv", "attention.out", "ffn.up", "ffn.down")}
+    assert {k["module"] for k in kept} <= modules and len({k["module"] for k in kept}) == len(kept)
     errors = [k["simulated_error"] for k in kept]
     assert errors == sorted(errors, reverse=True)
     still_float = {n.name for n in weight_matmuls(onnx.load(str(tmp_path / "q.onnx")))}
@@ -99,6 +109,7 @@ def test_unreachable_floor_keeps_the_worst_matmuls_float_with_reasons(tmp_path):
     ('{"float_matmuls": []}', "'scheme' string"),
     ('{"scheme": "x", "float_matmuls": [{"node": "a"}]}', "'float_matmuls' must be a list"),
     ('{"scheme": "x", "float_matmuls": {}}', "'float_matmuls' must be a list"),
+    ('{"scheme": "x", "float_matmuls": [{"node": "a", "reason": "r", "module": 3}]}', "optional .module.: str"),
 ])
 def test_the_int8_record_is_validated(int8_file, tmp_path, value, words):
     model = onnx.load(str(int8_file))

@@ -72,7 +72,7 @@ def test_sequence_classifier(pooling, tmp_path):
     ({"architectures": ["EuroBertForSequenceClassification"], "classifier_pooling": "late"},
      "classifier_pooling='late' is not supported"),
     ({"num_key_value_heads": 3}, "num_key_value_heads=3 is not supported"),
-    ({"attention_bias": "yes"}, "both must be true or false"),
+    ({"attention_bias": "yes"}, "attention_bias=.yes., mlp_bias=False: each must be true or false"),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10.0, "factor": 8.0}}, "rope_type='llama3' is not supported"),
     ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported"),
 ])

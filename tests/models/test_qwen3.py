@@ -61,8 +61,8 @@ def test_last_token_embeddings_equal_sentence_transformers(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"use_sliding_window": True}, "use_sliding_window=True is not supported"),
-    ({"layer_types": ["sliding_attention", "full_attention"]}, "implements full attention in every layer"),
+    ({"use_sliding_window": "yes"}, "use_sliding_window='yes' must be true or false"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "lists sliding layers but use_sliding_window is false"),
     ({"num_key_value_heads": 3}, "num_key_value_heads=3 is not supported"),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10.0, "factor": 4.0}}, "rope_type='yarn' is not supported"),
 ])

@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from ...config import SPLADE_ACTIVATIONS, SPLADE_POOLINGS, EncoderConfig
+from ...checks import brief
 from ...errors import CheckpointError, ConfigError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors, encoder_from_tensors, find_weights, read_weights, weights_source
@@ -317,7 +318,7 @@ def read_st_model_config(folder: Path) -> tuple[dict[str, str], str | None, int 
     data = read_json(path)
     prompts = data.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
-        raise CheckpointError(f"{path}: prompts must be an object of name -> prompt text, got {prompts!r:.80}")
+        raise CheckpointError(f"{path}: prompts must be an object of name -> prompt text, got {brief(prompts, 80)}")
     default = data.get("default_prompt_name")
     if default is not None and default not in prompts:
         raise CheckpointError(f"{path}: default_prompt_name {default!r} is not among the prompts {sorted(prompts)}")

@@ -41,6 +41,7 @@ from .llama import base_tensors, biases, kv_heads, map_linears, names
 from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
 
 WHAT = "Gemma 3 "
+BIAS_KEYS = ("attention_bias",)  # Gemma 3 reads this flag only: its MLP never has biases
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 DROPPED_PREFIXES = ("lm_head.", "score.")
 # transformers' Gemma3TextConfig defaults, for keys a config.json leaves out
@@ -99,7 +100,7 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     return make_config(
         WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT)),
+        num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT, keys=BIAS_KEYS)),
         attention="softmax", causal=not bidirectional, qk_norm=True, norm="rmsnorm", norm_position="pre",
         sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", **pattern,
         max_positions=setting(hf, "max_position_embeddings"),
@@ -137,7 +138,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     def weights(raw, cfg, where, duplicates):
         scalar = setting(hf, "query_pre_attn_scalar")
         return map_weights(raw, cfg, where, duplicates, kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"]),
-                           biases(hf, WHAT), scalar)
+                           biases(hf, WHAT, keys=BIAS_KEYS), scalar)
 
     return import_folder(folder, family="gemma3_text", build=gemma_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)

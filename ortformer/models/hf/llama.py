@@ -18,8 +18,10 @@ what Llama's repeat_kv computes. UltraBERT's sliding layers attend to |i - j| <=
 radius: ``local_window = 2 sliding_window``), its full layers to every key; layer l is full when
 (l + 1) % 3 == 0 unless ``layer_types`` (or the older per-layer ``attention_windows``, 0 = full) says
 otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
-``rope_theta`` list). Mistral's causal window (token i sees i - sliding_window < j <= i) never acts
-on a sequence of at most sliding_window tokens, so that is the longest the model takes. A Mistral or
+``rope_theta`` list). Mistral's causal window (token i sees i - sliding_window < j <= i), and Qwen2's
+/ Qwen3's where use_sliding_window puts layers in it, never acts on a sequence of at most
+sliding_window tokens, so that is the longest the model takes. Each family reads the bias flags its
+transformers model reads (Qwen2 and Mistral none, Qwen3 attention_bias only). A Mistral or
 Llama (or Qwen2) folder naming remote code (``auto_map``) is refused: such code often changes the
 attention (a bidirectional fine-tune such as gte-Qwen2) where config.json still says the model_type.
 One ``bias`` field covers every Linear: Qwen2's q, k and v always have one, ``attention_bias`` /
@@ -41,6 +43,7 @@ from pathlib import Path
 import torch
 
 from ...config import EncoderConfig
+from ...checks import brief
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
@@ -70,15 +73,21 @@ class Family:
     native_only: bool = False
     # Mistral's causal sliding window (i - j < sliding_window): sequences are capped at it, where it never acts
     window_caps_length: bool = False
-    always_biased: tuple[str, ...] = ()  # Linears saved with a bias whatever attention_bias says (Qwen2's q, k, v)
+    # Qwen2 / Qwen3: use_sliding_window puts layers l >= max_window_layers (or layer_types' sliding ones) in
+    # that causal window; then sequences are capped at it as Mistral's are
+    window_switch: bool = False
+    always_biased: tuple[str, ...] = ()  # Linears saved with a bias whatever config.json says (Qwen2's q, k, v)
+    bias_keys: tuple[str, ...] = ("attention_bias", "mlp_bias")  # the config.json flags its model reads
 
 
 FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5, 8192),
-            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6, 32768),
-            "qwen2": Family("Qwen2 ", True, False, 10000.0, 1e-6, 32768, native_only=True,
-                            always_biased=ATTENTION_LINEARS[:3]),
+            "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6, 32768, window_switch=True,
+                            bias_keys=("attention_bias",)),
+            "qwen2": Family("Qwen2 ", True, False, 10000.0, 1e-6, 32768, native_only=True, window_switch=True,
+                            always_biased=ATTENTION_LINEARS[:3], bias_keys=()),
             "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, 32768, windows=True, base="ultrabert."),
-            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, window_caps_length=True),
+            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, window_caps_length=True,
+                              bias_keys=()),
             "llama": Family("Llama ", True, False, 10000.0, 1e-6, 2048, native_only=True)}
 # UltraBERT's defaults: layer l full when (l + 1) % 3 == 0, a radius of 128, thetas per layer kind
 ULTRABERT_PATTERN, ULTRABERT_RADIUS = 3, 128
@@ -94,14 +103,48 @@ def kv_heads(hf: dict, what: str, default: int | None = None) -> int:
     return kv
 
 
-def biases(hf: dict, what: str, always: tuple[str, ...] = ()) -> frozenset[str]:
+BIAS_FLAGS = {"attention_bias": ATTENTION_LINEARS, "mlp_bias": MLP_LINEARS}
+
+
+def biases(hf: dict, what: str, always: tuple[str, ...] = (), keys: tuple[str, ...] = tuple(BIAS_FLAGS)
+           ) -> frozenset[str]:
     """The Linears (LINEARS names) saved with a bias: the attention ones with attention_bias, the MLP
-    ones with mlp_bias, and ``always``."""
-    flags = tuple(hf.get(flag, False) for flag in ("attention_bias", "mlp_bias"))
-    if not all(isinstance(f, bool) for f in flags):
-        raise CheckpointError(f"{what}config.json attention_bias={flags[0]!r}, mlp_bias={flags[1]!r}: both must be "
+    ones with mlp_bias (of the flags in ``keys``, those the family's model reads), and ``always``."""
+    flags = {key: hf.get(key, False) for key in keys}
+    if not all(isinstance(flag, bool) for flag in flags.values()):
+        raise CheckpointError(f"{what}config.json {', '.join(f'{k}={v!r}' for k, v in flags.items())}: each must be "
                               "true or false")
-    return frozenset(always).union(*(names for flag, names in zip(flags, (ATTENTION_LINEARS, MLP_LINEARS)) if flag))
+    return frozenset(always).union(*(BIAS_FLAGS[key] for key, flag in flags.items() if flag))
+
+
+def capping_window(hf: dict, family: Family, what: str) -> int | None:
+    """The causal sliding window w (token i sees i - w < j <= i) some layer has, or None: Mistral's on
+    every layer (unless sliding_window is null); Qwen2 / Qwen3's with use_sliding_window on layers
+    l >= max_window_layers, or layer_types' sliding ones. A sequence of at most w tokens never meets
+    it, so the model's longest sequence is capped at w, which is exact."""
+    if family.window_caps_length:
+        window = hf.get("sliding_window", 4096)  # transformers' default
+    elif family.window_switch:
+        use = hf.get("use_sliding_window", False)
+        if not isinstance(use, bool):
+            raise CheckpointError(f"{what}config.json use_sliding_window={use!r} must be true or false")
+        layers, first = hf["num_hidden_layers"], hf.get("max_window_layers", 28)
+        if hf.get("layer_types") is not None:
+            kinds = check_layer_types(hf["layer_types"], layers, what)
+            if SLIDING in kinds and not use:  # transformers gives such a layer no window: a config at odds with itself
+                raise CheckpointError(f"{what}config.json layer_types lists sliding layers but use_sliding_window is "
+                                      "false; set one or the other")
+        elif isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise CheckpointError(f"{what}config.json max_window_layers={first!r} must be an int >= 0")
+        else:
+            kinds = [SLIDING if l >= first else FULL for l in range(layers)]
+        window = hf.get("sliding_window", 4096) if use and SLIDING in kinds else None
+    else:
+        return None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise CheckpointError(f"{what}config.json sliding_window={window!r} is not supported; it must be null "
+                              "or an int >= 1")
+    return window
 
 
 def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
@@ -111,7 +154,7 @@ def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
     windows = hf.get("attention_windows")
     if windows is not None and not (isinstance(windows, list) and len(windows) == layers and all(
             isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in windows)):
-        raise CheckpointError(f"{what}config.json attention_windows={windows!r:.120} is not supported; it must list "
+        raise CheckpointError(f"{what}config.json attention_windows={brief(windows, 120)} is not supported; it must list "
                               f"an int >= 0 (0 = full attention) for each of the {layers} layers")
     radius = hf.get("sliding_window", ULTRABERT_RADIUS)
     if windows:  # as transformers reads them: the first window any layer has
@@ -144,28 +187,27 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
     refuse(hf, "hidden_act", tuple(ACTIVATIONS), "silu", what)
     refuse(hf, "rope_scaling", (None,), None, what)
     refuse(hf, "pretraining_tp", (1,), 1, what)
-    refuse(hf, "use_sliding_window", (False,), False, what)
+    if not family.window_switch:
+        refuse(hf, "use_sliding_window", (False,), False, what)
     if family.native_only and hf.get("auto_map"):
-        raise CheckpointError(f"{what}config.json names remote code (auto_map {hf['auto_map']!r:.120}), which may "
+        raise CheckpointError(f"{what}config.json names remote code (auto_map {brief(hf['auto_map'], 120)}), which may "
                               f"compute attention otherwise than transformers' {what.strip()} model (e.g. "
-                              "bidirectionally); ortformer imports the transformers architecture only")
+                              "bidirectionally); ortformer imports the transformers architecture only. If that code "
+                              f"computes what transformers' {what.strip()} model does, remove auto_map from config.json")
     max_positions = hf.get("max_position_embeddings", family.max_positions)
-    window = hf.get("sliding_window", 4096) if family.window_caps_length else None  # transformers' default
+    window = capping_window(hf, family, what)
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise CheckpointError(f"{what}config.json sliding_window={window!r} is not supported; it must be null "
-                                  "or an int >= 1")
         max_positions = min(max_positions, window)
     if family.windows:
         positions = ultrabert_pattern(hf, hf["num_hidden_layers"], what)
     else:
         layer_types = hf.get("layer_types") or []
-        if not isinstance(layer_types, list) or set(layer_types) - {FULL}:
-            raise CheckpointError(f"{what}config.json layer_types={layer_types!r:.120} is not supported; ortformer "
+        if not family.window_switch and (not isinstance(layer_types, list) or set(layer_types) - {FULL}):
+            raise CheckpointError(f"{what}config.json layer_types={brief(layer_types, 120)} is not supported; ortformer "
                                   "implements full attention in every layer")
         params = hf.get("rope_parameters") or {}
         if not isinstance(params, dict):
-            raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
+            raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
         positions = {"rotary_theta": default_rope_theta(params, hf.get("rope_theta", family.theta), what)}
     kv_heads(hf, what)
     heads = hf["num_attention_heads"]
@@ -174,7 +216,7 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
         num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True,
-        bias=bool(biases(hf, what, family.always_biased)),
+        bias=bool(biases(hf, what, family.always_biased, family.bias_keys)),
         attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
         activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary", **positions,
         max_positions=max_positions, type_vocab_size=0, norm_eps=hf.get("rms_norm_eps", family.eps), **common)
@@ -272,7 +314,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     def weights(raw, cfg, where, duplicates):
         return map_weights(raw, cfg, where, duplicates, kv_heads(hf, family.what),
-                           biases(hf, family.what, family.always_biased), family.base)
+                           biases(hf, family.what, family.always_biased, family.bias_keys), family.base)
 
     return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)

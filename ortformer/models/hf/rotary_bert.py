@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from ...config import EncoderConfig
+from ...checks import brief
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
@@ -140,7 +141,7 @@ def rotary(hf: dict, default: float, head_size: int, what: str) -> tuple[float, 
     refuse(hf, "partial_rotary_factor", (None, 1, 1.0), None, what)
     params = hf.get("rope_parameters") or {}
     if not isinstance(params, dict):
-        raise CheckpointError(f"{what}config.json rope_parameters={params!r:.80} is not supported")
+        raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
     theta = default_rope_theta(params, hf.get("rope_theta", default), what)
     scaling = hf.get("rope_scaling")
     if scaling is None:
@@ -149,7 +150,7 @@ def rotary(hf: dict, default: float, head_size: int, what: str) -> tuple[float, 
     factor = scaling.get("factor") if isinstance(scaling, dict) else None
     if (hf.get("model_type") != "new" or kind != "ntk" or set(scaling) - {"type", "rope_type", "factor"}
             or isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1):
-        raise CheckpointError(f"{what}config.json rope_scaling={scaling!r:.120} is not supported; ortformer implements "
+        raise CheckpointError(f"{what}config.json rope_scaling={brief(scaling, 120)} is not supported; ortformer implements "
                               "GTE's fixed NTK scaling ({'type': 'ntk', 'factor': f >= 1}, model_type 'new') or none")
     return theta * factor, float(factor) ** (-2 / head_size)
 

@@ -6,6 +6,7 @@ sliding otherwise"; config.json lists it as ``layer_types`` (or a period the fam
 """
 from __future__ import annotations
 
+from ...checks import brief
 from ...errors import CheckpointError
 from .folder import default_rope_theta, refuse
 
@@ -15,7 +16,7 @@ FULL, SLIDING = "full_attention", "sliding_attention"
 def check_layer_types(kinds, layers: int, what: str) -> list[str]:
     """config.json's layer_types, checked to name a known kind for each of ``layers`` layers."""
     if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {FULL, SLIDING}:
-        raise CheckpointError(f"{what}config.json layer_types={kinds!r:.120} is not supported; it must list "
+        raise CheckpointError(f"{what}config.json layer_types={brief(kinds, 120)} is not supported; it must list "
                               f"{FULL!r} or {SLIDING!r} for each of the {layers} layers")
     return kinds
 
@@ -35,7 +36,7 @@ def global_period(kinds: list[str], what: str, source: str | None = "layer_types
     else:
         every, offset = full[1] - full[0], full[0]
     if offset >= every or kinds != [FULL if l % every == offset else SLIDING for l in range(layers)]:
-        raise CheckpointError(f"{what}config.json {source or 'layer pattern'} gives layers {kinds!r:.160}, which is not "
+        raise CheckpointError(f"{what}config.json {source or 'layer pattern'} gives layers {brief(kinds, 160)}, which is not "
                               "supported; ortformer implements a global layer every k layers (l % k == offset) and "
                               "sliding layers between them")
     return every, offset
@@ -55,13 +56,13 @@ def rope_thetas(hf: dict, defaults: dict[str, tuple[str | None, float]], what: s
     refuse(hf, "rope_scaling", (None,), None, what)
     params = hf.get("rope_parameters") or {}
     if not isinstance(params, dict) or not set(params) <= {FULL, SLIDING}:
-        raise CheckpointError(f"{what}config.json rope_parameters={params!r:.120} is not supported; "
+        raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 120)} is not supported; "
                               f"ortformer reads one entry per layer kind ({FULL!r}, {SLIDING!r})")
     thetas = {}
     for kind, (old_key, default) in defaults.items():
         rope = params.get(kind) or {}
         if not isinstance(rope, dict):
-            raise CheckpointError(f"{what}config.json rope_parameters[{kind!r}]={rope!r:.80} is not supported")
+            raise CheckpointError(f"{what}config.json rope_parameters[{kind!r}]={brief(rope, 80)} is not supported")
         fallback = hf.get(old_key, default) if old_key else default
         thetas[kind] = default_rope_theta(rope, fallback, what, f"rope_parameters[{kind!r}]")
     return thetas
