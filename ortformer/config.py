@@ -65,6 +65,9 @@ class EncoderConfig:
     # D when it is not hidden_size / num_heads (0): attention then works in A = H x D
     # dimensions, Q/K/V project F -> A and the output A -> F (T5's d_kv, e.g. flan-t5-small)
     attention_head_size: int = 0
+    # grouped-query attention: K and V project to num_kv_heads heads, each shared by
+    # num_heads / num_kv_heads query heads (Llama / Qwen / Gemma's num_key_value_heads); 0 = num_heads
+    num_kv_heads: int = 0
     # number of stacked encoder blocks L
     num_layers: int = 4
     # inner width of the feed-forward network (BERT uses 4F)
@@ -215,6 +218,9 @@ class EncoderConfig:
                 f"valid num_heads divide {self.hidden_size}, e.g. {_divisors(self.hidden_size)} "
                 "(or set attention_head_size)"
             )
+        if self.num_kv_heads < 0 or (self.num_kv_heads and self.num_heads % self.num_kv_heads):
+            raise ConfigError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}, e.g. "
+                              f"{_divisors(self.num_heads)} (or be 0 = num_heads)")
         if self.positions == "sinusoidal" and self.hidden_size % 2:
             raise ConfigError(f"positions='sinusoidal' needs an even hidden_size, got {self.hidden_size}")
         for name in ("norm_eps", "attention_eps"):
@@ -239,6 +245,11 @@ class EncoderConfig:
     def attention_size(self) -> int:
         """A = H x D, the width of Q, K, V and the heads' output."""
         return self.num_heads * self.head_size
+
+    @property
+    def kv_size(self) -> int:
+        """H_kv x D, the width K and V project to (A unless num_kv_heads shares them)."""
+        return (self.num_kv_heads or self.num_heads) * self.head_size
 
     @property
     def max_sequence(self) -> int:
@@ -419,6 +430,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
     if cfg.rotary_theta_local and cfg.positions != "rotary":
         raise ConfigError(f"rotary_theta_local needs positions='rotary', got positions={cfg.positions!r}")
+    if cfg.num_kv_heads and cfg.disentangled_buckets:
+        raise ConfigError("num_kv_heads with disentangled_buckets is not implemented: the disentangled scores "
+                          "project the relative table through full-width Q and K")
     if cfg.qk_norm and cfg.disentangled_buckets:
         raise ConfigError("qk_norm with disentangled_buckets is not implemented: the disentangled scores read "
                           "the projected q and k before any norm")

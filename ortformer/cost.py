@@ -2,8 +2,9 @@
 
 Counts follow the matrix view of the encoder, F = hidden_size, N = sequence length,
 D = head size, L = layers:
-- attention projections W_Q, W_K, W_V (F -> A) and W_O (A -> F): 4 F A weights + 3A + F biases
-  per layer, A = H x D (= F unless attention_head_size is set)
+- attention projections W_Q (F -> A), W_K, W_V (F -> A_kv) and W_O (A -> F): 2 F (A + A_kv)
+  weights + A + 2 A_kv + F biases per layer, A = H x D (= F unless attention_head_size is set),
+  A_kv = H_kv x D (= A unless num_kv_heads shares K and V between query heads)
 - feed-forward: 2 F ffn_size weights + ffn_size + F biases per layer; a gated FFN's
   up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
 - bias=False: no Linear biases, and LayerNorm keeps only its weight
@@ -48,8 +49,9 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "position_embeddings": positions,
         "type_embeddings": cfg.type_vocab_size * E,
         "embedding_projection": (E * F + (F if cfg.bias else 0)) if cfg.embedding_size else 0,
-        "attention_weights": L * 4 * F * cfg.attention_size,
-        "attention_biases": L * (3 * cfg.attention_size + F) if cfg.bias else 0,
+        # Q and the output A wide, K and V A_kv wide (A unless num_kv_heads shares them)
+        "attention_weights": L * 2 * F * (cfg.attention_size + cfg.kv_size),
+        "attention_biases": L * (cfg.attention_size + 2 * cfg.kv_size + F) if cfg.bias else 0,
         "ffn_weights": L * (F * up + cfg.ffn_size * F),
         "ffn_biases": L * (up + F) if cfg.bias else 0,
         # MPNet-style relative position bias: one (buckets, H) table shared by all layers
@@ -85,7 +87,7 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     F, L, D, A = cfg.hidden_size, cfg.num_layers, cfg.head_size, cfg.attention_size
     core = 4 * n * n * A if cfg.attention == "softmax" else 4 * n * A * D
     flops = {
-        "projections": L * 8 * n * F * A,
+        "projections": L * 4 * n * F * (A + cfg.kv_size),
         "attention_core": L * core,
         "ffn": L * (6 if cfg.ffn_gated else 4) * n * F * cfg.ffn_size,
     }

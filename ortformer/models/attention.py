@@ -244,9 +244,10 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True,
                  causal: bool = False, head_size: int | None = None, position_projections: bool = False,
-                 qk_norm_eps: float | None = None):
+                 qk_norm_eps: float | None = None, kv_heads: int | None = None):
         super().__init__()
         self.num_heads = num_heads
+        self.kv_heads = kv_heads or num_heads  # K / V heads, each shared by num_heads / kv_heads query heads
         self.eps = eps
         self.kind = kernel
         self.causal = causal
@@ -257,7 +258,8 @@ class MultiHeadAttention(nn.Module):
         self.fused = kernel == "softmax" and not causal
         # A = H x D, the width attention works in: hidden_size unless head_size says otherwise (T5's d_kv)
         self.inner = num_heads * head_size if head_size else hidden_size
-        self.qkv = nn.Linear(hidden_size, 3 * self.inner, bias=bias)
+        self.kv_inner = self.kv_heads * (self.inner // num_heads)  # A_kv = H_kv x D
+        self.qkv = nn.Linear(hidden_size, self.inner + 2 * self.kv_inner, bias=bias)
         self.out = nn.Linear(self.inner, hidden_size, bias=bias)
         # disentangled attention with projections of its own (DeBERTa v1): rows [position queries; keys]
         self.positions = nn.Linear(hidden_size, 2 * self.inner) if position_projections else None
@@ -275,7 +277,9 @@ class MultiHeadAttention(nn.Module):
         Returns (B, N, F); q, k, v and the heads' output are A = H x D wide."""
         b, n, _ = x.shape
         f = self.inner
-        projected = self.qkv(x)  # (B, N, 3A): [Q | K | V]
+        projected = self.qkv(x)  # (B, N, A + 2 A_kv): [Q | K | V]
+        if self.kv_heads != self.num_heads:
+            projected = self.shared_heads(projected)  # (B, N, 3A)
         if disentangled is not None:  # the config refuses it with rotary, windows or a relative bias
             scores_bias = self.disentangled_bias(*projected.split(f, dim=-1)[:2], *disentangled)  # (B, H, N, N)
         if self.fused:
@@ -310,6 +314,19 @@ class MultiHeadAttention(nn.Module):
         else:
             heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
         return self.out(heads.transpose(1, 2).reshape(b, n, f))
+
+    def shared_heads(self, projected: torch.Tensor) -> torch.Tensor:
+        """[Q | K | V] (B, N, A + 2 A_kv) -> (B, N, 3A): each K / V head repeated for the
+        num_heads / kv_heads query heads that share it (head h reads K / V head h // groups),
+        which is Llama's repeat_kv."""
+        b, n, _ = projected.shape
+        q, k, v = projected.split([self.inner, self.kv_inner, self.kv_inner], dim=-1)
+        groups, d = self.num_heads // self.kv_heads, self.inner // self.num_heads
+
+        def repeat(t: torch.Tensor) -> torch.Tensor:  # (B, N, H_kv x D) -> (B, N, H x D)
+            return t.view(b, n, self.kv_heads, 1, d).expand(b, n, self.kv_heads, groups, d).reshape(b, n, self.inner)
+
+        return torch.cat([q, repeat(k), repeat(v)], dim=-1)
 
     def disentangled_bias(self, q: torch.Tensor, k: torch.Tensor, table: torch.Tensor,
                           index: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,8 @@ class Block(nn.Module):
         self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
                                             bias=cfg.bias, causal=cfg.causal, head_size=cfg.attention_head_size,
                                             position_projections=cfg.disentangled_projections == "separate",
-                                            qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None)
+                                            qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None,
+                                            kv_heads=cfg.num_kv_heads or None)
         # with embedding_norm the first block's input is already normalised (ModernBERT)
         self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)

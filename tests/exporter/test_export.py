@@ -26,7 +26,7 @@ COVERING = [
     # rotary positions, SwiGLU / GeGLU feed-forwards, the tanh GELU and bias-free models,
     # for every attention kind
     dict(attention="softmax", positions="rotary", ffn_gated=True, activation="silu", bias=False, qk_norm=True,
-         rotary_scale=0.5),  # with Qwen3's per-head q/k norms (fused attention path) and scaled angles
+         rotary_scale=0.5, num_kv_heads=2),  # Qwen3's per-head q/k norms (fused path), scaled angles, grouped K / V
     dict(attention="linear", positions="rotary", ffn_gated=True, activation="gelu", bias=False, norm_position="pre"),
     dict(attention="efficient", positions="rotary", ffn_gated=True, activation="gelu_tanh", bias=False),
     dict(attention="cosine", positions="rotary", ffn_gated=True, activation="silu", bias=False, norm="rmsnorm"),

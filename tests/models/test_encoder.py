@@ -38,9 +38,12 @@ def variants():
         combos.append({**base, **extra, "local_window": 2, "global_every": 3, "num_layers": 3})
     # rotary positions, for every attention kind in both norm positions
     combos += [{**base, "positions": "rotary"} for base in combos[8:16]]
-    # causal softmax with rotary positions, per-head q/k norms and scaled angles (Qwen3-Embedding's layers);
-    # token dropout (ESM)
-    combos += [{**combos[4], "positions": "rotary", "causal": True, "qk_norm": True, "rotary_scale": 0.5},
+    # causal softmax with rotary positions, per-head q/k norms, scaled angles and grouped-query attention
+    # (2 K / V heads for 4 query heads: Qwen3-Embedding's layers); grouped K / V in a linear-family model
+    # (one K / V head); token dropout (ESM)
+    combos += [{**combos[4], "positions": "rotary", "causal": True, "qk_norm": True, "rotary_scale": 0.5,
+                "num_kv_heads": 2},
+               {**combos[1], "num_kv_heads": 1},
                {**combos[0], "token_dropout_id": 7}]
     # DeBERTa-v2's convolution after the first layer, softmax and linear
     combos += [{**combos[0], "conv_kernel_size": 3, "conv_activation": "gelu"},

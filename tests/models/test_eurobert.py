@@ -32,16 +32,24 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
 
 
-def test_grouped_heads_are_repeated_and_the_gate_goes_first(saved):
-    """Mutation checks on the mapping: head h reads K / V group h // 2; gate_proj is the activated half."""
+def test_grouped_heads_are_kept_then_shared_and_the_gate_goes_first(saved):
+    """Mutation checks on the mapping: K / V keep their 2 heads (qkv rows [Q 32 | K 16 | V 16]), the
+    graph gives query head h K / V head h // 2; gate_proj is the activated half."""
     from safetensors.torch import load_file
 
     raw = load_file(str(saved[0] / "model.safetensors"))
-    state = load_any(saved[0]).model.state_dict()
-    qkv, d = state["blocks.0.attention.qkv.weight"], 8
-    keys = qkv[32:64].reshape(4, d, 32)
-    file_keys = raw["layers.0.self_attn.k_proj.weight"].reshape(2, d, 32)
-    assert torch.equal(keys[0], file_keys[0]) and torch.equal(keys[1], file_keys[0]) and torch.equal(keys[2], file_keys[1])
+    model = load_any(saved[0]).model
+    state = model.state_dict()
+    qkv = state["blocks.0.attention.qkv.weight"]
+    assert qkv.shape == (64, 32) and model.config.num_kv_heads == 2
+    assert torch.equal(qkv[32:48], raw["layers.0.self_attn.k_proj.weight"])
+    assert torch.equal(qkv[48:], raw["layers.0.self_attn.v_proj.weight"])
+    projected = torch.randn(1, 3, 64)  # [Q | K | V] of three tokens
+    shared = model.blocks[0].attention.shared_heads(projected)  # (1, 3, 96)
+    for start, width in ((32, 16), (48, 16)):  # K, then V
+        own = projected[..., start:start + width].reshape(1, 3, 2, 8)
+        heads = shared[..., 32 + 2 * (start - 32):32 + 2 * (start - 32) + 32].reshape(1, 3, 4, 8)
+        assert all(torch.equal(heads[:, :, h], own[:, :, h // 2]) for h in range(4))
     assert torch.equal(state["blocks.0.ffn.up.weight"][:48], raw["layers.0.mlp.gate_proj.weight"])
 
 

@@ -20,7 +20,7 @@ stored as 1 + w and the token table multiplied by sqrt(F), the same float32 prod
 computes; the query norm's weight multiplied by sqrt(D / query_pre_attn_scalar) when the scalar is
 not the head size D (ortformer scales scores by 1/sqrt(D); equal in exact arithmetic to
 transformers' scaling of the scores, up to rounding). Grouped-query attention is
-expanded as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false) import when every
+kept (``num_kv_heads``) as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false) import when every
 layer is full (causal attention with a window is not implemented); attention logit soft-capping is refused. The LM
 head is set aside; a classifier's "score" Linear is kept (heads.py).
 """
@@ -82,7 +82,7 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     bidirectional = hf.get("use_bidirectional_attention") or False
     if not isinstance(bidirectional, bool):
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional!r} must be true or false")
-    kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"])
+    kv = kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"])
     layers, heads = hf["num_hidden_layers"], hf["num_attention_heads"]
     kinds, source = layer_kinds(hf, layers)
     every, offset = global_period(kinds, WHAT, source)
@@ -99,7 +99,7 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     head_dim = setting(hf, "head_dim")
     return make_config(
         WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
-        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
+        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim, num_kv_heads=0 if kv == heads else kv,
         num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT, keys=BIAS_KEYS)),
         attention="softmax", causal=not bidirectional, qk_norm=True, norm="rmsnorm", norm_position="pre",
         sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", **pattern,
@@ -107,11 +107,11 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"), **common)
 
 
-def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int, biased: frozenset[str],
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased: frozenset[str],
                 query_scalar: float) -> tuple[Tensors, list[str]]:
     """Check a Gemma 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale."""
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
-    check_tensors(kept, names(cfg, kv, biased, tuple(NORMS)), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    check_tensors(kept, names(cfg, biased, tuple(NORMS)), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
 
     def unit_offset(name: str) -> torch.Tensor:  # Gemma's norms multiply by 1 + w, in float32
         return 1.0 + kept[name].float()
@@ -119,7 +119,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int
     # the same float32 product transformers' scaled embedding computes per looked-up row
     scale = torch.tensor(cfg.hidden_size ** 0.5, dtype=torch.float32)
     out = {"tokens.weight": kept["embed_tokens.weight"].float() * scale, "norm.weight": unit_offset("norm.weight"),
-           **map_linears(kept, cfg, kv)}
+           **map_linears(kept, cfg)}
     query = math.sqrt(cfg.head_size / query_scalar)
     for i in range(cfg.num_layers):
         p, q = f"layers.{i}.", f"blocks.{i}."
@@ -137,8 +137,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     def weights(raw, cfg, where, duplicates):
         scalar = setting(hf, "query_pre_attn_scalar")
-        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"]),
-                           biases(hf, WHAT, keys=BIAS_KEYS), scalar)
+        return map_weights(raw, cfg, where, duplicates, biases(hf, WHAT, keys=BIAS_KEYS), scalar)
 
     return import_folder(folder, family="gemma3_text", build=gemma_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)

@@ -13,8 +13,8 @@ with rotate-half rotary positions at the sequence index and scores scaled by 1/s
 pre-norm ``rmsnorm`` encoder with a final norm, ``ffn_gated`` (rows [gate; up], the activated half
 first) and ``positions = "rotary"``. Qwen3 attends causally (token i sees j <= i) and RMS-normalises
 each head's q and k before the rotation (``qk_norm``). Grouped-query attention (num_key_value_heads <
-heads) is expanded: each K / V head's rows are repeated for the query heads that share it, which is
-what Llama's repeat_kv computes. UltraBERT's sliding layers attend to |i - j| <= sliding_window (a
+heads) is kept (``num_kv_heads``): K and V project to their own heads, each repeated in the graph
+for the query heads that share it, which is what Llama's repeat_kv computes. UltraBERT's sliding layers attend to |i - j| <= sliding_window (a
 radius: ``local_window = 2 sliding_window``), its full layers to every key; layer l is full when
 (l + 1) % 3 == 0 unless ``layer_types`` (or the older per-layer ``attention_windows``, 0 = full) says
 otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
@@ -209,25 +209,24 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         if not isinstance(params, dict):
             raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
         positions = {"rotary_theta": default_rope_theta(params, hf.get("rope_theta", family.theta), what)}
-    kv_heads(hf, what)
+    kv = kv_heads(hf, what)
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     return make_config(
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"], ffn_gated=True,
-        bias=bool(biases(hf, what, family.always_biased, family.bias_keys)),
+        num_kv_heads=0 if kv == heads else kv, num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"],
+        ffn_gated=True, bias=bool(biases(hf, what, family.always_biased, family.bias_keys)),
         attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
         activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary", **positions,
         max_positions=max_positions, type_vocab_size=0, norm_eps=hf.get("rms_norm_eps", family.eps), **common)
 
 
-def linear_shapes(cfg: EncoderConfig, kv: int, biased: frozenset[str]) -> dict[str, tuple[int, ...]]:
-    """Saved name -> shape of every layer's attention and MLP Linears (Llama, Gemma), ``kv`` key /
-    value heads, a bias for each of the ``biased`` Linears."""
-    f, ffn, d = cfg.hidden_size, cfg.ffn_size, cfg.head_size
-    a = d * cfg.num_heads
-    shapes = dict(zip(LINEARS, ((a, f), (kv * d, f), (kv * d, f), (f, a), (ffn, f), (ffn, f), (f, ffn))))
+def linear_shapes(cfg: EncoderConfig, biased: frozenset[str]) -> dict[str, tuple[int, ...]]:
+    """Saved name -> shape of every layer's attention and MLP Linears (Llama, Gemma), K and V
+    cfg.kv_size wide, a bias for each of the ``biased`` Linears."""
+    f, ffn, a, kv = cfg.hidden_size, cfg.ffn_size, cfg.attention_size, cfg.kv_size
+    shapes = dict(zip(LINEARS, ((a, f), (kv, f), (kv, f), (f, a), (ffn, f), (ffn, f), (f, ffn))))
     out = {}
     for i in range(cfg.num_layers):
         for name, shape in shapes.items():
@@ -240,12 +239,12 @@ def linear_shapes(cfg: EncoderConfig, kv: int, biased: frozenset[str]) -> dict[s
 LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")  # Llama's: before attention, before the MLP
 
 
-def names(cfg: EncoderConfig, kv: int, biased: frozenset[str], norms: tuple[str, ...] = LAYER_NORMS
+def names(cfg: EncoderConfig, biased: frozenset[str], norms: tuple[str, ...] = LAYER_NORMS
           ) -> dict[str, tuple[int, ...]]:
-    """Saved tensor name -> shape, ``kv`` key / value heads, the ``biased`` Linears, each layer's
+    """Saved tensor name -> shape, the ``biased`` Linears, each layer's
     ``norms`` (F wide) and, with qk_norm, its q / k norms (D wide)."""
     f, d = cfg.hidden_size, cfg.head_size
-    shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,), **linear_shapes(cfg, kv, biased)}
+    shapes = {"embed_tokens.weight": (cfg.vocab_size, f), "norm.weight": (f,), **linear_shapes(cfg, biased)}
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
         shapes.update({f"{p}{norm}.weight": (f,) for norm in norms})
@@ -267,14 +266,10 @@ def base_tensors(raw: Tensors, dropped_prefixes: tuple[str, ...], base: str = "m
     return kept, dropped
 
 
-def map_linears(kept: Tensors, cfg: EncoderConfig, kv: int) -> Tensors:
-    """Every layer's Linears under the Encoder's names: q, k, v fused (K, V heads repeated for
-    grouped-query attention), [gate; up] fused, zero biases where a Linear has none and another has."""
-    groups, d = cfg.num_heads // kv, cfg.head_size
-
-    def expand(t: torch.Tensor) -> torch.Tensor:  # (kv x D, ...) -> (H x D, ...), head h reads group h // groups
-        return t.reshape(kv, d, *t.shape[1:]).repeat_interleave(groups, dim=0).reshape(kv * groups * d, *t.shape[1:])
-
+def map_linears(kept: Tensors, cfg: EncoderConfig) -> Tensors:
+    """Every layer's Linears under the Encoder's names: q, k, v fused (K and V keep their
+    num_kv_heads heads: grouped-query attention shares them in the graph), [gate; up] fused,
+    zero biases where a Linear has none and another has."""
     def part(p: str, name: str, kind: str) -> torch.Tensor:
         key = f"{p}{name}.{kind}"
         return kept[key] if kind == "weight" or key in kept else torch.zeros(kept[f"{p}{name}.weight"].shape[0])
@@ -284,20 +279,20 @@ def map_linears(kept: Tensors, cfg: EncoderConfig, kv: int) -> Tensors:
         p, q = f"layers.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias") if cfg.bias else ("weight",):
             attn = [part(p, f"self_attn.{n}_proj", kind) for n in "qkv"]
-            out[q + f"attention.qkv.{kind}"] = torch.cat([attn[0], expand(attn[1]), expand(attn[2])])
+            out[q + f"attention.qkv.{kind}"] = torch.cat(attn)
             out[q + f"attention.out.{kind}"] = part(p, "self_attn.o_proj", kind)
             out[q + f"ffn.up.{kind}"] = torch.cat([part(p, "mlp.gate_proj", kind), part(p, "mlp.up_proj", kind)])
             out[q + f"ffn.down.{kind}"] = part(p, "mlp.down_proj", kind)
     return out
 
 
-def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, kv: int,
-                biased: frozenset[str], base: str = "model.") -> tuple[Tensors, list[str]]:
+def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased: frozenset[str],
+                base: str = "model.") -> tuple[Tensors, list[str]]:
     """Check a state dict and map it: the Linears by map_linears, the norms renamed."""
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES, base)
-    check_tensors(kept, names(cfg, kv, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    check_tensors(kept, names(cfg, biased), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
     out = {"tokens.weight": kept["embed_tokens.weight"], "norm.weight": kept["norm.weight"],
-           **map_linears(kept, cfg, kv)}
+           **map_linears(kept, cfg)}
     for i in range(cfg.num_layers):
         p, q = f"layers.{i}.", f"blocks.{i}."
         out[q + "norm1.weight"], out[q + "norm2.weight"] = kept[p + "input_layernorm.weight"], kept[p + "post_attention_layernorm.weight"]
@@ -313,8 +308,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     family = FAMILIES[hf["model_type"]]
 
     def weights(raw, cfg, where, duplicates):
-        return map_weights(raw, cfg, where, duplicates, kv_heads(hf, family.what),
-                           biases(hf, family.what, family.always_biased, family.bias_keys), family.base)
+        return map_weights(raw, cfg, where, duplicates, biases(hf, family.what, family.always_biased, family.bias_keys),
+                           family.base)
 
     return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
