@@ -193,7 +193,8 @@ class EncoderConfig:
     classifier_norm: bool = False
     # a per-sequence head on the "last" token reads the last kept token whose id is not this one, -1 = the
     # last kept token: transformers' decoder classifiers look for the last non-pad id, so a text ending in
-    # its pad id (an eos used as pad) is scored at the token before
+    # its pad id (an eos used as pad) is scored at the token before, and a text made only of it at its
+    # first kept token (transformers' index 0 under right padding)
     classifier_pad_id: int = -1
     # free-form label shown by `ortformer info`; has no effect on the math
     name: str = field(default="custom")
@@ -245,6 +246,11 @@ class EncoderConfig:
     def attention_size(self) -> int:
         """A = H x D, the width of Q, K, V and the heads' output."""
         return self.num_heads * self.head_size
+
+    @property
+    def grouped_kv(self) -> bool:
+        """True when K and V have fewer heads than Q (num_kv_heads not 0 and not num_heads)."""
+        return self.num_kv_heads not in (0, self.num_heads)
 
     @property
     def kv_size(self) -> int:
@@ -430,7 +436,7 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
     if cfg.rotary_theta_local and cfg.positions != "rotary":
         raise ConfigError(f"rotary_theta_local needs positions='rotary', got positions={cfg.positions!r}")
-    if cfg.num_kv_heads and cfg.disentangled_buckets:
+    if cfg.grouped_kv and cfg.disentangled_buckets:
         raise ConfigError("num_kv_heads with disentangled_buckets is not implemented: the disentangled scores "
                           "project the relative table through full-width Q and K")
     if cfg.qk_norm and cfg.disentangled_buckets:

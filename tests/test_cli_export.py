@@ -68,13 +68,16 @@ def test_variant_flags_reach_the_config(tmp_path):
     assert "needs attention='softmax'" in stderr and not (tmp_path / "x.onnx").exists()
 
 
-def test_vocab_zero_alone_means_float_features():
+def test_vocab_zero_alone_means_float_features(tmp_path):
     flags = {"vocab": 0, "type_vocab": None}
     cfg = config_from_options("tiny", None, flags)
     assert (cfg.vocab_size, cfg.type_vocab_size) == (0, 0)
     with pytest.raises(ConfigError, match="type_vocab_size needs token input"):  # said explicitly: refused
         config_from_options("tiny", None, {**flags, "type_vocab": 2})
     assert config_from_options("tiny", None, {"vocab": 50, "type_vocab": None}).type_vocab_size == 2  # the preset's
+    (tmp_path / "c.json").write_text('{"type_vocab_size": 2}')  # said in the config file: refused too
+    with pytest.raises(ConfigError, match="type_vocab_size needs token input"):
+        config_from_options("tiny", str(tmp_path / "c.json"), flags)
 
 
 def test_existing_file_needs_force(tmp_path):

@@ -1,5 +1,5 @@
-"""parity.passes: the max_abs bound is absolute up to an output scale of max_abs / max_rel and
-relative to the scale past it; the cosine floor holds at every scale."""
+"""parity.passes: past the absolute max_abs bound, every vector must be within max_rel of its own
+scale; the cosine floor holds at every scale."""
 import numpy as np
 import pytest
 
@@ -9,9 +9,11 @@ MASK = np.ones((2, 5), np.int64)
 
 
 def outputs(scale: float, error: float) -> tuple[np.ndarray, np.ndarray]:
-    """(got, want): want of largest magnitude ``scale``, got = want + ``error`` on one element."""
-    want = np.random.default_rng(0).uniform(-1, 1, (2, 5, 16)).astype(np.float32)
-    want *= scale / np.abs(want).max()
+    """(got, want): every token vector of want of largest magnitude ``scale``, got = want + ``error``
+    on one element."""
+    want = np.random.default_rng(0).uniform(-1, 1, (2, 5, 16)) * scale
+    want[..., 0] = scale
+    want = want.astype(np.float32)
     got = want.copy()
     got[1, 2, 3] += error
     return got, want
@@ -34,3 +36,12 @@ def test_cosine_floor_holds_at_any_scale_and_gates_without_a_relative_bound_stay
     got, want = outputs(300.0, 2e-3)
     assert passes(compare("last_hidden_state", got, want, MASK), GATES["float32"])
     assert not passes(compare("last_hidden_state", got, want, MASK), {"max_abs": 1e-4, "min_cosine": 0.99999})
+
+
+def test_one_large_vector_does_not_loosen_the_bound_on_the_others():
+    got, want = outputs(1.0, 5e-4)  # the error sits on token (1, 2), of scale 1
+    want[0, 0] *= 500.0  # another token 500 times larger
+    got[0, 0] = want[0, 0]
+    metrics = compare("last_hidden_state", got, want, MASK)
+    assert metrics["max_rel"] == pytest.approx(5e-4, rel=1e-3)  # token (1, 2)'s own, not 5e-4 / 500
+    assert not passes(metrics, GATES["float32"])

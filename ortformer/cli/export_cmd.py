@@ -41,9 +41,9 @@ def _strict_object(pairs: list) -> dict:
     return dict(pairs)
 
 
-def read_config_file(config_file: str, base: EncoderConfig) -> EncoderConfig:
-    """A config JSON file on top of ``base``: strict JSON (duplicate keys refused), the
-    fields of `ortformer export --print-config`, any subset of them."""
+def read_config_fields(config_file: str) -> dict:
+    """The fields of a config JSON file: strict JSON (duplicate keys refused), the fields of
+    `ortformer export --print-config`, any subset of them (checked when applied)."""
     try:
         text = Path(config_file).read_text(encoding="utf-8")
     except OSError as exc:
@@ -58,16 +58,17 @@ def read_config_file(config_file: str, base: EncoderConfig) -> EncoderConfig:
         raise ConfigError(f"config file {config_file} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {config_file} must hold a JSON object, got {type(data).__name__}")
-    return EncoderConfig.from_dict({**base.to_dict(), **data})
+    return data
 
 
 def config_from_options(preset_name: str | None, config_file: str | None, flags: dict) -> EncoderConfig:
     """A preset (default DEFAULT_PRESET), then the config JSON's fields, then every explicit flag."""
     cfg = preset(preset_name or DEFAULT_PRESET)
-    if config_file:
-        cfg = read_config_file(config_file, cfg)
+    fields = read_config_fields(config_file) if config_file else {}
+    if fields:
+        cfg = EncoderConfig.from_dict({**cfg.to_dict(), **fields})
     changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
-    if changes.get("vocab_size") == 0 and "type_vocab_size" not in changes:
+    if changes.get("vocab_size") == 0 and "type_vocab_size" not in {**fields, **changes}:
         changes["type_vocab_size"] = 0  # float features carry no token types: --vocab 0 alone means that
     return cfg.replace(**changes) if changes else cfg
 

@@ -420,8 +420,8 @@ def info(ctx, model, as_json, sequence_length):
 
 _OPTIMIZE_HELP = """Apply onnxruntime's graph optimizations once, offline, for the CPU provider.
 
-    The result is checked against MODEL on the parity grid (max_abs <= {max_abs},
-    cosine >= {min_cosine}); a Runtime opening it on CPU with the same onnxruntime
+    The result is checked against MODEL on the parity grid (max_abs <= {max_abs}, or every
+    vector within {max_rel} of its scale; cosine >= {min_cosine}); a Runtime opening it on CPU with the same onnxruntime
     skips re-optimizing at every start.
 
     \b

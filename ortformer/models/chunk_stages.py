@@ -38,7 +38,7 @@ def chunkable(cfg) -> str | None:
         (not cfg.attention_head_size, "an attention_head_size other than hidden_size / num_heads"),
         (cfg.token_dropout_id < 0, "token dropout (a scale from the whole sequence's masked share)"),
         (not cfg.qk_norm, "qk_norm"),
-        (not cfg.num_kv_heads, "num_kv_heads (grouped-query attention)"),
+        (not cfg.grouped_kv, "num_kv_heads (grouped-query attention)"),
         (not cfg.sandwich_norm, "sandwich norms"),
         (not cfg.truncate_dim, "truncate_dim"),
     ]

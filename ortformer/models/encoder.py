@@ -193,7 +193,8 @@ def not_pad_mask(key_mask: torch.Tensor, ids: torch.Tensor, pad_id: int) -> torc
     first kept token, the one transformers scores then (index 0 under right padding)."""
     not_pad = key_mask & (ids != pad_id)
     first = torch.arange(key_mask.shape[1], device=ids.device)[None, :] == key_mask.to(torch.int64).argmax(dim=1)[:, None]
-    return torch.where(not_pad.any(dim=1, keepdim=True), not_pad, first & key_mask)
+    # boolean ops, not Where: onnxruntime has no Where kernel for bool tensors
+    return not_pad | (first & key_mask & ~not_pad.any(dim=1, keepdim=True))
 
 
 def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:

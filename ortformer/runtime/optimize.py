@@ -123,7 +123,8 @@ def _compare(original: Path, optimized: Path, cfg, dtype: str) -> dict:
                 passed = passed and passes(metrics, gates[label])  # per comparison: the bound follows its scale
                 fold_worst(worst, label, metrics)
     faithful, unoptimized = worst["rewritten"], worst["unoptimized"]
-    return {"max_abs": faithful["max_abs"], "min_cosine": faithful["min_cosine"], "cases": len(grid(cfg)),
-            "unoptimized": {"max_abs": unoptimized["max_abs"], "min_cosine": unoptimized["min_cosine"],
-                            "gate": dtype},
+    return {"max_abs": faithful["max_abs"], "max_rel": faithful["max_rel"], "min_cosine": faithful["min_cosine"],
+            "cases": len(grid(cfg)),
+            "unoptimized": {"max_abs": unoptimized["max_abs"], "max_rel": unoptimized["max_rel"],
+                            "min_cosine": unoptimized["min_cosine"], "gate": dtype},
             "passed": passed}

