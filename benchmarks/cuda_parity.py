@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         for output in cpu.output_names:
             m = compare(output, outputs["cuda"][output], outputs["cpu"][output], inputs[contract.ATTENTION_MASK])
             metrics[output] = {"max_abs": m["max_abs"], "max_rel": m["max_rel"], "min_cosine": m["min_cosine"]}
-            passed = passed and passes(m, GATE)  # per comparison: the bound follows each output's scale
+            passed = passed and passes(m, GATE)  # per comparison, not on the folded worst case
             fold_worst(worst, output, m)
             fold_worst(overall, "all outputs", m)
         cases.append({"batch": case.batch, "sequence": case.sequence, "padding": case.padding, "outputs": metrics})

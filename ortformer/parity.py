@@ -138,7 +138,7 @@ def passes(metrics: dict, gate: dict) -> bool:
     if not metrics["finite"]:
         return False
     if gate["max_abs"] is not None and metrics["max_abs"] > gate["max_abs"]:
-        relative = gate.get("max_rel")  # past max_abs / max_rel the bound scales with the output
+        relative = gate.get("max_rel")  # past max_abs: every vector within max_rel of its own scale
         if relative is None or not metrics.get("max_rel", float("inf")) <= relative:
             return False
     return metrics["min_cosine"] >= gate["min_cosine"]

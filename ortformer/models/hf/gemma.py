@@ -99,7 +99,7 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
     head_dim = setting(hf, "head_dim")
     return make_config(
         WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
-        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim, num_kv_heads=0 if kv == heads else kv,
+        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim, num_kv_heads=kv,
         num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT, keys=BIAS_KEYS)),
         attention="softmax", causal=not bidirectional, qk_norm=True, norm="rmsnorm", norm_position="pre",
         sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", **pattern,

@@ -96,14 +96,15 @@ ULTRABERT_THETA = {FULL: (None, 2_560_000.0), SLIDING: (None, 10_000.0)}
 
 
 def kv_heads(hf: dict, what: str, default: int | None = None) -> int:
-    """num_key_value_heads, as transformers reads it: ``default`` (the family's) when config.json has
-    no such key, and one per query head when it (or the default) is null."""
+    """EncoderConfig's num_kv_heads from num_key_value_heads, read as transformers reads it: ``default``
+    (the family's) when config.json has no such key, one per query head when it (or the default) is
+    null; 0 when every query head has its own K / V head."""
     heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads", default)
     kv = heads if kv is None else kv
     if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or heads % kv:
         raise CheckpointError(f"{what}config.json num_key_value_heads={kv!r} is not supported; it must be an int "
                               f"that divides num_attention_heads={heads}")
-    return kv
+    return 0 if kv == heads else kv
 
 
 BIAS_FLAGS = {"attention_bias": ATTENTION_LINEARS, "mlp_bias": MLP_LINEARS}
@@ -217,13 +218,13 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         if not isinstance(params, dict):
             raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
         positions = {"rotary_theta": default_rope_theta(params, hf.get("rope_theta", family.theta), what)}
-    kv = kv_heads(hf, what, family.kv_default)
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     return make_config(
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_kv_heads=0 if kv == heads else kv, num_layers=hf["num_hidden_layers"], ffn_size=hf["intermediate_size"],
+        num_kv_heads=kv_heads(hf, what, family.kv_default), num_layers=hf["num_hidden_layers"],
+        ffn_size=hf["intermediate_size"],
         ffn_gated=True, bias=bool(biases(hf, what, family.always_biased, family.bias_keys)),
         attention="softmax", causal=family.causal, qk_norm=family.qk_norm, norm="rmsnorm", norm_position="pre",
         activation=ACTIVATIONS[hf.get("hidden_act", "silu")], positions="rotary", **positions,
