@@ -17,7 +17,7 @@ NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("post", "pre")
 # gelu: the exact erf form; gelu_tanh: the tanh approximation; silu: x * sigmoid(x) (SwiGLU's gate)
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+POSITIONS = ("learned", "sinusoidal", "rotary", "alibi", "none")
 # index: position p of the sequence; kept: the count of kept tokens before it (padding skipped, RoBERTa)
 POSITION_IDS = ("index", "kept")
 POOLINGS = ("none", "mean", "cls", "last", "max")
@@ -89,7 +89,8 @@ class EncoderConfig:
     # non-linearity inside the feed-forward network
     activation: str = "gelu"
     # how token order enters the model: a learned table, fixed sinusoids, rotary (q and k
-    # rotated by position inside attention), or not at all
+    # rotated by position inside attention), alibi (a score bias -m_h |i - j| per head,
+    # symmetric ALiBi as JinaBERT has it; softmax only), or not at all
     positions: str = "learned"
     # rotary base theta: frequencies theta^(-2i/D) per head dimension pair
     rotary_theta: float = 10000.0
@@ -417,6 +418,14 @@ def _check_variants(cfg: EncoderConfig) -> None:
     elif cfg.disentangled_projections != "shared" or not cfg.disentangled_norm:
         raise ConfigError("disentangled_projections and disentangled_norm shape disentangled attention; with "
                           "disentangled_buckets=0 there is none: set disentangled_buckets, or leave them at their defaults")
+    if cfg.positions == "alibi":
+        # a bias on the (N, N) scores, which only the bidirectional softmax kernel forms
+        for name, on in (("attention=" + repr(cfg.attention), cfg.attention != "softmax"), ("causal", cfg.causal),
+                         ("relative_attention_buckets", cfg.relative_attention_buckets),
+                         ("disentangled_buckets", cfg.disentangled_buckets)):
+            if on:
+                raise ConfigError(f"positions='alibi' with {name} is not implemented: ALiBi is a per-head bias on "
+                                  "the bidirectional softmax scores, and the model's only relative positions")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):

@@ -7,8 +7,8 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .attention import MultiHeadAttention
-from .layers import (DisentangledPositions, FeedForward, Positions, RelativePositionBias, Rotary, make_activation,
-                     make_norm, window_bias)
+from .layers import (AlibiBias, DisentangledPositions, FeedForward, Positions, RelativePositionBias, Rotary,
+                     make_activation, make_norm, window_bias)
 
 
 class Block(nn.Module):
@@ -79,8 +79,9 @@ class Encoder(nn.Module):
         self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
         self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
-        # one (buckets, H) table for all layers; its bias is computed once per call (MPNet)
-        self.relative = RelativePositionBias(cfg) if cfg.relative_attention_buckets else None
+        # one (buckets, H) table for all layers (MPNet), or ALiBi's slopes; the bias is computed once per call
+        self.relative = (RelativePositionBias(cfg) if cfg.relative_attention_buckets
+                         else AlibiBias(cfg) if cfg.positions == "alibi" else None)
         self.rotary = Rotary(cfg.head_size, cfg.rotary_theta, cfg.rotary_scale) if cfg.positions == "rotary" else None
         # local (sliding-window) layers: l % global_every != global_offset; they may rotate with their own theta
         self.local_layers = [l for l in range(cfg.num_layers)

@@ -126,7 +126,7 @@ class Positions(nn.Module):
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 start: int | torch.Tensor = 0) -> torch.Tensor:
         n = x.shape[1]
-        if self.kind not in ("learned", "sinusoidal"):  # none, or rotary (applied inside attention)
+        if self.kind not in ("learned", "sinusoidal"):  # none, or rotary / alibi (inside attention)
             return x
         if self.kind == "learned" and self.kept:
             kept = (attention_mask != 0).to(torch.int64)  # (B, N)
@@ -189,6 +189,36 @@ class RelativePositionBias(nn.Module):
         buckets = (query_minus_key < 0).to(torch.long) * self.half \
             + self.bucket_of_distance[query_minus_key.abs().clamp(max=self.max_distance)]
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, N, N)
+
+
+def alibi_slopes(heads: int) -> list[float]:
+    """ALiBi's head slopes (Press et al. 2022): for H a power of 2, m_h = s^(h + 1) with
+    s = 2^(-8 / H); otherwise the slopes of the power of 2 below H, then every other slope
+    of twice that power, as many as are missing (JinaBERT and MosaicBERT use these)."""
+    def powers_of(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start ** h for h in range(n)]  # as s * s^h, the doubles those models round
+
+    if math.log2(heads).is_integer():
+        return powers_of(heads)
+    below = 2 ** math.floor(math.log2(heads))
+    return powers_of(below) + alibi_slopes(2 * below)[0::2][: heads - below]
+
+
+class AlibiBias(nn.Module):
+    """bias[0, h, i, j] = -m_h |i - j|: shape (1, H, N, N), shared by every layer (symmetric
+    ALiBi, JinaBERT's), the same float32 products JinaBERT computes. It depends on i - j only,
+    so left padding, which shifts every kept token alike, leaves it unchanged between them."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        slopes = torch.tensor(alibi_slopes(cfg.num_heads), dtype=torch.float32)
+        self.register_buffer("negative_slopes", -slopes, persistent=False)  # (H,)
+
+    def forward(self, n: int) -> torch.Tensor:
+        position = torch.arange(n, device=self.negative_slopes.device)
+        distance = (position[None, :] - position[:, None]).abs().to(torch.float32)  # (N, N): |i - j|
+        return (self.negative_slopes[:, None, None] * distance).unsqueeze(0)  # (1, H, N, N)
 
 
 def log_bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:

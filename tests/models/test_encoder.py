@@ -48,6 +48,10 @@ def variants():
     # DeBERTa-v2's convolution after the first layer, softmax and linear
     combos += [{**combos[0], "conv_kernel_size": 3, "conv_activation": "gelu"},
                {**combos[1], "conv_kernel_size": 5, "conv_groups": 2}]
+    # ALiBi (JinaBERT), alone and under local windows (softmax, bidirectional)
+    assert combos[0]["attention"] == "softmax"
+    combos += [{**combos[0], "positions": "alibi"},
+               {**combos[4], "positions": "alibi", "local_window": 2, "global_every": 3, "num_layers": 3}]
     return combos
 
 
@@ -75,7 +79,7 @@ def test_covering_set_covers_every_option():
     assert {c["attention"] for c in VARIANTS if c.get("local_window")} == {"softmax"}
     assert {(c["attention"], c["norm_position"]) for c in VARIANTS if c["positions"] == "rotary"} == {
         (a, p) for a in ATTENTION_KINDS for p in ("post", "pre")}
-    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none", "rotary"}
+    assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none", "rotary", "alibi"}
     assert seen["norm_position"] == {"post", "pre"} and seen["vocab_size"] == {100, 0}
     assert seen["activation"] == set(ACTIVATIONS)
     for attention in ATTENTION_KINDS:
