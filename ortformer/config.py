@@ -158,6 +158,9 @@ class EncoderConfig:
     # RMSNorm over each head's D features of q and k (learned (D,) weights, eps = norm_eps) before
     # the rotary rotation and the scores (Qwen3): keeps q . k bounded whatever the projections
     qk_norm: bool = False
+    # softmax scores soft-capped to (-c, c) before any bias or mask: c tanh(s / c) with
+    # s = q . k / sqrt(D) (Gemma 2's attn_logit_softcapping); 0 = none
+    attention_softcap: float = 0.0
     # epsilon inside LayerNorm/RMSNorm
     norm_eps: float = 1e-12
     # epsilon guarding the linear-family denominators against division by zero
@@ -418,6 +421,11 @@ def _check_variants(cfg: EncoderConfig) -> None:
     elif cfg.disentangled_projections != "shared" or not cfg.disentangled_norm:
         raise ConfigError("disentangled_projections and disentangled_norm shape disentangled attention; with "
                           "disentangled_buckets=0 there is none: set disentangled_buckets, or leave them at their defaults")
+    if not (math.isfinite(cfg.attention_softcap) and cfg.attention_softcap >= 0):
+        raise ConfigError(f"attention_softcap={cfg.attention_softcap} must be a finite number >= 0 (0 = no cap)")
+    if cfg.attention_softcap and cfg.attention != "softmax":
+        raise ConfigError(f"attention_softcap caps softmax scores; the {cfg.attention} kernel never forms them: "
+                          "use attention='softmax', or leave it 0")
     if cfg.positions == "alibi":
         # a bias on the (N, N) scores, which only the bidirectional softmax kernel forms
         for name, on in (("attention=" + repr(cfg.attention), cfg.attention != "softmax"), ("causal", cfg.causal),

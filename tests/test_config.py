@@ -31,7 +31,7 @@ def test_every_field_has_a_reason_comment():
     ({"norm": "batchnorm"}, "norm", "layernorm, rmsnorm"),
     ({"norm_position": "middle"}, "norm_position", "post, pre"),
     ({"activation": "swish"}, "activation", "relu, gelu"),
-    ({"positions": "alibi"}, "positions", "learned, sinusoidal, rotary, none"),
+    ({"positions": "relative"}, "positions", "learned, sinusoidal, rotary, alibi, none"),
     ({"pooling": "weighted"}, "pooling", "none, mean, cls, last, max"),
     ({"hidden_size": 30, "num_heads": 4}, "hidden_size=30", "divisible"),
     ({"max_positions": 0}, "max_positions", ">= 1"),

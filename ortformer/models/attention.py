@@ -15,6 +15,7 @@ the denominator keeps non-negative weights, and the numerator depends on i - j a
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -33,10 +34,18 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float32 else x.float()
 
 
-def softmax_attention(q, k, v, key_mask, eps, scores_bias=None, rotary=None):
-    """softmax((R Q)(R K)^T / sqrt(D) + scores_bias + mask) V.  O(N^2) time and memory.
+def scaled_scores(q: torch.Tensor, k: torch.Tensor, softcap: float = 0.0) -> torch.Tensor:
+    """s = Q K^T / sqrt(D) in float32 (B, H, N, N); with softcap c > 0, c tanh(s / c) (Gemma 2's
+    attention logit soft-capping: scores bounded to (-c, c) before any bias or mask)."""
+    scores = _f32(q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    return torch.tanh(scores / softcap) * softcap if softcap else scores
 
-    R: the rotary rotation by position (identity without rotary).
+
+def softmax_attention(q, k, v, key_mask, eps, scores_bias=None, rotary=None, softcap=0.0):
+    """softmax(cap((R Q)(R K)^T / sqrt(D)) + scores_bias + mask) V.  O(N^2) time and memory.
+
+    R: the rotary rotation by position (identity without rotary); cap: scaled_scores' soft-capping
+    when softcap > 0, else the identity.
     mask is 0 for kept keys and the dtype's lowest value for padded ones;
     rows with no kept key are set to zero afterwards.
     scores_bias: optional additive (1 or B, 1 or H, N, N) term on the scaled scores: a
@@ -45,6 +54,8 @@ def softmax_attention(q, k, v, key_mask, eps, scores_bias=None, rotary=None):
     """
     if rotary is not None:
         q, k = rotate(q, *rotary), rotate(k, *rotary)
+    if scores_bias is None and softcap:
+        scores_bias = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=q.device)
     if scores_bias is None:
         bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device)
         bias = bias.masked_fill(~key_mask, torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, N)
@@ -53,7 +64,7 @@ def softmax_attention(q, k, v, key_mask, eps, scores_bias=None, rotary=None):
         # written out rather than SDPA: the exporter's SDPA decomposition with a (1, H, N, N)
         # mask yields strides that its later reshape-as-view rejects
         bias = _f32(scores_bias).masked_fill(~key_mask[:, None, None, :], torch.finfo(torch.float32).min)
-        scores = _f32(q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + bias  # (B, H, N, N)
+        scores = scaled_scores(q, k, softcap) + bias  # (B, H, N, N)
         out = scores.softmax(dim=-1).to(q.dtype) @ v  # (B, H, N, D)
     return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]  # finite out: 0 where nothing is kept
 
@@ -189,18 +200,22 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
-def causal_softmax_attention(q, k, v, key_mask, eps):
-    """softmax(Q K^T / sqrt(D) + mask + causal) V: query i sees kept keys j <= i.
+def causal_softmax_attention(q, k, v, key_mask, eps, softcap=0.0):
+    """softmax(cap(Q K^T / sqrt(D)) + mask + causal) V: query i sees kept keys j <= i (cap:
+    scaled_scores' soft-capping when softcap > 0).
 
     An additive bias (B, 1, N, N); a query with no kept key at or before it averages
     what the bias leaves (finite), and a fully padded row is zero, as for softmax_attention.
     """
     n = q.shape[2]
-    low = torch.finfo(q.dtype).min
     later = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # (N, N): key after query
     blocked = later[None, None] | ~key_mask[:, None, None, :]  # (B, 1, N, N)
-    bias = torch.zeros(blocked.shape, dtype=q.dtype, device=q.device).masked_fill(blocked, low)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
+    if softcap:  # the capped scores written out (SDPA has no cap), masked in float32
+        scores = scaled_scores(q, k, softcap).masked_fill(blocked, torch.finfo(torch.float32).min)
+        out = scores.softmax(dim=-1).to(q.dtype) @ v  # (B, H, N, D)
+    else:
+        bias = torch.zeros(blocked.shape, dtype=q.dtype, device=q.device).masked_fill(blocked, torch.finfo(q.dtype).min)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
     return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]
 
 
@@ -244,18 +259,22 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, kernel: str, eps: float, bias: bool = True,
                  causal: bool = False, head_size: int | None = None, position_projections: bool = False,
-                 qk_norm_eps: float | None = None, kv_heads: int | None = None):
+                 qk_norm_eps: float | None = None, kv_heads: int | None = None, softcap: float = 0.0):
         super().__init__()
+        self.softcap = softcap  # Gemma 2's attention logit soft-capping (softmax only; 0 = none)
         self.num_heads = num_heads
         self.kv_heads = kv_heads or num_heads  # K / V heads, each shared by num_heads / kv_heads query heads
         self.eps = eps
         self.kind = kernel
         self.causal = causal
         self.kernel = get_kernel(kernel, causal)
+        if softcap:  # the config allows it with softmax only
+            self.kernel = functools.partial(self.kernel, softcap=softcap)
         # softmax runs as one opaque op that exports to a fused ONNX Runtime kernel;
         # the exporter turns this off for graphs that must use standard ONNX ops only.
-        # causal softmax runs unfused, through an additive triangular bias
-        self.fused = kernel == "softmax" and not causal
+        # causal softmax runs unfused, through an additive triangular bias, and so does a capped
+        # one (the fused kernel has no cap)
+        self.fused = kernel == "softmax" and not causal and not softcap
         # A = H x D, the width attention works in: hidden_size unless head_size says otherwise (T5's d_kv)
         self.inner = num_heads * head_size if head_size else hidden_size
         self.kv_inner = self.kv_heads * (self.inner // num_heads)  # A_kv = H_kv x D
@@ -308,7 +327,7 @@ class MultiHeadAttention(nn.Module):
                 q, k = rotate(q, *rotary), rotate(k, *rotary)
             heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
         elif scores_bias is not None:
-            heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias, rotary)  # config: softmax only
+            heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias, rotary, self.softcap)  # softmax only
         elif rotary is not None:
             heads = self.kernel(q, k, v, key_mask, self.eps, rotary=rotary)
         else:

@@ -26,7 +26,7 @@ class Block(nn.Module):
                                             bias=cfg.bias, causal=cfg.causal, head_size=cfg.attention_head_size,
                                             position_projections=cfg.disentangled_projections == "separate",
                                             qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None,
-                                            kv_heads=cfg.num_kv_heads or None)
+                                            kv_heads=cfg.num_kv_heads or None, softcap=cfg.attention_softcap)
         # with embedding_norm the first block's input is already normalised (ModernBERT)
         self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
         self.ffn = FeedForward(cfg)

@@ -21,8 +21,17 @@ computes; the query norm's weight multiplied by sqrt(D / query_pre_attn_scalar) 
 not the head size D (ortformer scales scores by 1/sqrt(D); equal in exact arithmetic to
 transformers' scaling of the scores, up to rounding). Grouped-query attention is
 kept (``num_kv_heads``) as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false) import when every
-layer is full (causal attention with a window is not implemented); attention logit soft-capping is refused. The LM
+layer is full (causal attention with a window is not implemented); attention logit soft-capping is
+refused (transformers' Gemma 3 never applies it, whatever config.json says). The LM
 head is set aside; a classifier's "score" Linear is kept (heads.py).
+
+Gemma 2 (``gemma2``: Gemma 2 classifiers and reward models, bge-multilingual-gemma2) is the same
+layer without q / k norms, causal, with attention logit soft-capping: scores c tanh(s / c) with
+c = attn_logit_softcapping (``attention_softcap``) before the mask. Its query_pre_attn_scalar is
+folded into the query Linear's rows (sqrt(D / s)). Its sliding layers (every other one by
+default) have the causal window i - w < j <= i, which never acts on a sequence of at most
+sliding_window tokens, so that is the longest the model takes (exact, as Mistral's). The final
+logit soft-capping belongs to the LM head, which is dropped.
 """
 from __future__ import annotations
 
@@ -36,18 +45,23 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
+                     transformer_dir)
 from .llama import base_tensors, biases, kv_heads, map_linears, names
 from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
 
 WHAT = "Gemma 3 "
-BIAS_KEYS = ("attention_bias",)  # Gemma 3 reads this flag only: its MLP never has biases
+WHAT_2 = "Gemma 2 "
+BIAS_KEYS = ("attention_bias",)  # Gemma 2 / 3 read this flag only: their MLP never has biases
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 DROPPED_PREFIXES = ("lm_head.", "score.")
 # transformers' Gemma3TextConfig defaults, for keys a config.json leaves out
 DEFAULTS = {"head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096, "sliding_window_pattern": 6,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "hidden_activation": "gelu_pytorch_tanh",
             "num_key_value_heads": 4}
+# Gemma2Config's, where they differ: every other layer sliding (l even), a soft-capped attention
+DEFAULTS_2 = {**DEFAULTS, "max_position_embeddings": 8192, "sliding_window_pattern": 2}
+SOFTCAP_2 = 50.0  # Gemma2Config's attn_logit_softcapping
 DEFAULT_THETA = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
 NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention_norm",
          "pre_feedforward_layernorm": "norm2", "post_feedforward_layernorm": "post_ffn_norm"}
@@ -55,14 +69,14 @@ NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention
 
 def setting(hf: dict, key: str):
     value = hf.get(key)
-    return DEFAULTS[key] if value is None else value
+    return (DEFAULTS_2 if hf.get("model_type") == "gemma2" else DEFAULTS)[key] if value is None else value
 
 
-def layer_kinds(hf: dict, layers: int) -> tuple[list[str], str]:
+def layer_kinds(hf: dict, layers: int, what: str = WHAT) -> tuple[list[str], str]:
     """(each layer's kind, the config.json key it comes from): layer_types, or the
     sliding_window_pattern's (layer l full when (l + 1) % pattern == 0)."""
     if hf.get("layer_types") is not None:
-        return check_layer_types(hf["layer_types"], layers, WHAT), "layer_types"
+        return check_layer_types(hf["layer_types"], layers, what), "layer_types"
     pattern = setting(hf, "sliding_window_pattern")
     if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
         raise CheckpointError(f"{WHAT}config.json sliding_window_pattern={pattern!r} is not supported; "
@@ -70,21 +84,42 @@ def layer_kinds(hf: dict, layers: int) -> tuple[list[str], str]:
     return [SLIDING if (l + 1) % pattern else FULL for l in range(layers)], "sliding_window_pattern"
 
 
-def gemma_config(hf: dict, common: dict) -> EncoderConfig:
-    require(hf, WHAT.strip(), REQUIRED)
-    require({key: setting(hf, key) for key in ("head_dim", "query_pre_attn_scalar")}, WHAT.strip(),
+def shared_fields(hf: dict, what: str) -> dict:
+    """The EncoderConfig fields Gemma 2 and 3 read alike."""
+    require(hf, what.strip(), REQUIRED)
+    require({key: setting(hf, key) for key in ("head_dim", "query_pre_attn_scalar")}, what.strip(),
             ("head_dim", "query_pre_attn_scalar"))
-    activation = setting(hf, "hidden_activation")  # Gemma3TextConfig reads no hidden_act
+    activation = setting(hf, "hidden_activation")  # Gemma2Config / Gemma3TextConfig read no hidden_act
     if activation not in ACTIVATIONS:
-        raise CheckpointError(f"{WHAT}config.json hidden_activation={activation!r} is not supported; ortformer "
+        raise CheckpointError(f"{what}config.json hidden_activation={activation!r} is not supported; ortformer "
                               f"implements {', '.join(map(repr, ACTIVATIONS))}")
+    heads, head_dim = hf["num_attention_heads"], setting(hf, "head_dim")
+    return dict(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
+        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
+        num_kv_heads=kv_heads(hf, what, DEFAULTS["num_key_value_heads"]), num_layers=hf["num_hidden_layers"],
+        ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, what, keys=BIAS_KEYS)),
+        attention="softmax", norm="rmsnorm", norm_position="pre", sandwich_norm=True,
+        activation=ACTIVATIONS[activation], positions="rotary", type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"))
+
+
+def softcap(hf: dict, what: str, default: float | None) -> float:
+    """attention_softcap from attn_logit_softcapping (``default`` when absent; null: 0, none)."""
+    cap = hf.get("attn_logit_softcapping", default)
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
+        raise CheckpointError(f"{what}config.json attn_logit_softcapping={cap!r} is not supported; it must be "
+                              "a number > 0, or null for none")
+    return float(cap or 0.0)
+
+
+def gemma_config(hf: dict, common: dict) -> EncoderConfig:
+    fields = shared_fields(hf, WHAT)
+    # transformers' Gemma 3 attention passes no soft-cap to its kernels: a value here is one it never applies
     refuse(hf, "attn_logit_softcapping", (None,), None, WHAT)
     bidirectional = hf.get("use_bidirectional_attention") or False
     if not isinstance(bidirectional, bool):
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional!r} must be true or false")
-    kv = kv_heads(hf, WHAT, DEFAULTS["num_key_value_heads"])
-    layers, heads = hf["num_hidden_layers"], hf["num_attention_heads"]
-    kinds, source = layer_kinds(hf, layers)
+    kinds, source = layer_kinds(hf, hf["num_hidden_layers"])
     every, offset = global_period(kinds, WHAT, source)
     if every > 1 and not bidirectional:
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional} with sliding-window "
@@ -96,20 +131,41 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         raise CheckpointError(f"{WHAT}config.json sliding_window={window!r} is not supported; ortformer implements "
                               "windows of an int >= 2 tokens")
     pattern = pattern_fields(window, every, offset, rope_thetas(hf, DEFAULT_THETA, WHAT))
-    head_dim = setting(hf, "head_dim")
-    return make_config(
-        WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
-        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim, num_kv_heads=kv,
-        num_layers=layers, ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT, keys=BIAS_KEYS)),
-        attention="softmax", causal=not bidirectional, qk_norm=True, norm="rmsnorm", norm_position="pre",
-        sandwich_norm=True, activation=ACTIVATIONS[activation], positions="rotary", **pattern,
-        max_positions=setting(hf, "max_position_embeddings"),
-        type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"), **common)
+    return make_config(WHAT.strip(), **fields, causal=not bidirectional, qk_norm=True, **pattern,
+                       max_positions=setting(hf, "max_position_embeddings"), **common)
+
+
+def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
+    fields = shared_fields(hf, WHAT_2)
+    if hf.get("use_bidirectional_attention"):  # transformers' Gemma2Model masks causally whatever this says
+        raise CheckpointError(f"{WHAT_2}config.json use_bidirectional_attention={hf['use_bidirectional_attention']!r} "
+                              "is not supported; ortformer imports Gemma 2 as transformers runs it, causally")
+    layers = hf["num_hidden_layers"]
+    if hf.get("layer_types") is not None:
+        kinds = check_layer_types(hf["layer_types"], layers, WHAT_2)
+    else:  # Gemma2Config's: even layers slide
+        kinds = [SLIDING if (l + 1) % 2 else FULL for l in range(layers)]
+    longest = setting(hf, "max_position_embeddings")
+    if SLIDING in kinds:
+        # the causal window i - w < j <= i never acts on w tokens or fewer: cap the length there (exact)
+        window = hf.get("sliding_window", DEFAULTS["sliding_window"])
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise CheckpointError(f"{WHAT_2}config.json sliding_window={window!r} is not supported with sliding "
+                                  "layers; it must be an int >= 1")
+        longest = min(longest, window)
+    params = hf.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise CheckpointError(f"{WHAT_2}config.json rope_parameters={params!r} is not supported")
+    refuse(hf, "rope_scaling", (None,), None, WHAT_2)
+    theta = default_rope_theta(params, hf.get("rope_theta", 10000.0), WHAT_2)
+    return make_config(WHAT_2.strip(), **fields, causal=True, qk_norm=False, attention_softcap=softcap(hf, WHAT_2, SOFTCAP_2),
+                       rotary_theta=theta, max_positions=longest, **common)
 
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased: frozenset[str],
                 query_scalar: float) -> tuple[Tensors, list[str]]:
-    """Check a Gemma 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale."""
+    """Check a Gemma 2 / 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale
+    (into the query norm's weight, or without q / k norms (Gemma 2) into the query Linear's rows)."""
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
     check_tensors(kept, names(cfg, biased, tuple(NORMS)), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
 
@@ -125,6 +181,12 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
         p, q = f"layers.{i}.", f"blocks.{i}."
         for theirs, ours in NORMS.items():
             out[f"{q}{ours}.weight"] = unit_offset(f"{p}{theirs}.weight")
+        if not cfg.qk_norm:  # rows [Q; K; V]: the first A rows (and bias entries) are the query's
+            for kind in ("weight", "bias") if cfg.bias else ("weight",):
+                fused = out[f"{q}attention.qkv.{kind}"].float()
+                out[f"{q}attention.qkv.{kind}"] = torch.cat([fused[:cfg.attention_size] * query,
+                                                             fused[cfg.attention_size:]])
+            continue
         q_norm = unit_offset(p + "self_attn.q_norm.weight")
         out[q + "attention.q_norm.weight"] = q_norm if query == 1.0 else q_norm * query
         out[q + "attention.k_norm.weight"] = unit_offset(p + "self_attn.k_norm.weight")
@@ -132,12 +194,14 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import a Gemma 3 text folder as an ortformer Encoder."""
+    """Import a Gemma 3 text or Gemma 2 folder as an ortformer Encoder."""
     hf = read_json(transformer_dir(Path(folder)) / "config.json")
+    gemma2 = hf.get("model_type") == "gemma2"
 
     def weights(raw, cfg, where, duplicates):
         scalar = setting(hf, "query_pre_attn_scalar")
-        return map_weights(raw, cfg, where, duplicates, biases(hf, WHAT, keys=BIAS_KEYS), scalar)
+        return map_weights(raw, cfg, where, duplicates, biases(hf, WHAT_2 if gemma2 else WHAT, keys=BIAS_KEYS), scalar)
 
-    return import_folder(folder, family="gemma3_text", build=gemma_config, map_weights=weights,
+    return import_folder(folder, family=hf["model_type"] if gemma2 else "gemma3_text",
+                         build=gemma2_config if gemma2 else gemma_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)

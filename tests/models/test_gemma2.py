@@ -1,0 +1,95 @@
+"""Gemma 2 (causal, sandwich norms, attention logit soft-capping, sliding layers that cap the length)
+against transformers."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_support import (assert_matches_transformers, cases, hf_reference, load_and_export, transformers,
+                        with_config)
+
+from ortformer.config import EncoderConfig
+from ortformer.errors import CheckpointError, ConfigError
+from ortformer.models import load_any
+from ortformer.models.encoder import Encoder
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+# heads of 24 on a width of 32 (not hidden / heads), one K/V head for two query heads, a query scalar of
+# 12 (not the head size), biased attention Linears, and a cap of 1.5 that bites: the q / k weights are
+# scaled up so scores reach several units (at init they stay near 0, where c tanh(s / c) = s)
+SIZES = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+             head_dim=24, query_pre_attn_scalar=12, intermediate_size=48, max_position_embeddings=64,
+             attn_logit_softcapping=1.5, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 300.0})
+
+
+def save_gemma2(folder, model_cls=None, seed: int = 1, **changes):
+    """A random Gemma 2 model saved as transformers saves it, with scores large enough to be capped."""
+    config = transformers.Gemma2Config(**{**SIZES, **changes})
+    torch.manual_seed(seed)
+    model = (model_cls or transformers.Gemma2Model)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith(".bias"):  # away from their zero init, so a slip shows
+                p.add_(torch.randn_like(p) * 0.3)
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.mul_(25.0)
+    model.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def full_layers(tmp_path_factory):
+    return save_gemma2(tmp_path_factory.mktemp("gemma2") / "m", layer_types=[FULL, FULL])
+
+
+def test_eager_and_onnx_equal_transformers(full_layers, tmp_path):
+    loaded, path = load_and_export(full_layers, tmp_path / "m.onnx")
+    cfg = loaded.config
+    assert loaded.family == "gemma2" and not loaded.dropped
+    assert (cfg.causal, cfg.qk_norm, cfg.sandwich_norm, cfg.attention_softcap, cfg.num_kv_heads) == (True, False, True, 1.5, 1)
+    assert (cfg.attention_head_size, cfg.rotary_theta, cfg.max_positions, cfg.local_window) == (24, 300.0, 64, 0)
+    assert assert_matches_transformers(loaded, hf_reference(transformers.Gemma2Model, full_layers), path, pad_id=0) >= 12
+
+
+def test_without_the_cap_the_model_differs(full_layers):
+    """A mutation check: the test model's scores are large enough that the cap changes the outputs."""
+    loaded = load_any(full_layers)
+    uncapped = Encoder(loaded.config.replace(attention_softcap=0.0)).eval()
+    uncapped.load_state_dict(loaded.model.state_dict())
+    ids, mask = torch.tensor([[5, 9, 17, 3, 44, 8, 61, 2, 30]]), torch.ones(1, 9, dtype=torch.long)
+    with torch.no_grad():
+        want = hf_reference(transformers.Gemma2Model, full_layers)(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert (loaded.model(ids, mask)["last_hidden_state"] - want).abs().max() < 1e-4
+        assert (uncapped(ids, mask)["last_hidden_state"] - want).abs().max() > 1e-2
+
+
+def test_sliding_layers_cap_the_length_where_their_window_never_acts(tmp_path):
+    """Gemma2Config's default pattern (even layers sliding, i - w < j <= i): sequences of at most w
+    tokens never meet the window, so w is the longest one taken, and up to it the model is exact."""
+    folder = save_gemma2(tmp_path / "m", transformers.Gemma2ForCausalLM, seed=2, sliding_window=7,
+                         attn_logit_softcapping=None)
+    loaded = load_any(folder)
+    assert (loaded.config.max_positions, loaded.config.attention_softcap) == (7, 0.0)
+    assert all(name.startswith("lm_head") for name in loaded.dropped)
+    assert max(c.sequence for c in cases(loaded.config)) == 7
+    assert_matches_transformers(loaded, hf_reference(transformers.Gemma2Model, folder), None, pad_id=0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention=True is not supported"),
+    ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping=-1.0 is not supported"),
+    ({"layer_types": [SLIDING, FULL], "sliding_window": None}, "sliding_window=None is not supported"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+])
+def test_unsupported_configs_are_refused(full_layers, tmp_path, change, message):
+    with pytest.raises(CheckpointError, match=message):
+        load_any(with_config(full_layers, tmp_path / "m", change))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(attention_softcap=-1.0), "attention_softcap=-1.0 must be a finite number >= 0"),
+    (dict(attention_softcap=float("inf")), "must be a finite number"),
+    (dict(attention_softcap=30.0, attention="linear"), "the linear kernel never forms them"),
+])
+def test_softcap_config_is_checked(change, message):
+    with pytest.raises(ConfigError, match=message):
+        EncoderConfig(**change)
