@@ -190,8 +190,9 @@ def test_a_reranker_keeps_its_head(tmp_path):
     weights = jina_weights(seed=5, prefix="bert.")
     g = torch.Generator().manual_seed(6)
     weights["classifier.weight"], weights["classifier.bias"] = torch.randn(1, WIDTH, generator=g), torch.randn(1, generator=g)
+    weights["bert.embeddings.position_embeddings.weight"] = torch.randn(512, WIDTH, generator=g)  # unread by ALiBi
     loaded = load_any(write_folder(tmp_path / "r", config, weights))
-    assert loaded.config.classifier_labels == 1
+    assert loaded.config.classifier_labels == 1 and "bert.embeddings.position_embeddings.weight" in loaded.dropped
     ids = np.array([[101, 2054, 2003, 102, 0, 0], [101, 7592, 2088, 1010, 2088, 102]])
     mask = (ids != 0).astype(np.int64)
     types = np.array([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]])

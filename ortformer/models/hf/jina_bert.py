@@ -74,7 +74,8 @@ def saved_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
     """Check a JinaBERT v2 state dict and map it to Encoder names."""
-    kept, dropped = split_dropped(raw, "bert.", DROPPED_PREFIXES)
+    # a position table saved beside ALiBi (an absolute-position save's leftover) is never read by it
+    kept, dropped = split_dropped(raw, "bert.", (*DROPPED_PREFIXES, "embeddings.position_embeddings."))
     later = sorted(name for name in kept if any(key in name for key in QK_POST_NORM_KEYS))
     if later:
         raise CheckpointError(f"{what}: {later[0]} belongs to JinaBERT's qk-post-norm layout (jina-embeddings-v2-base-code: "
