@@ -184,7 +184,8 @@ def test_sentence_embeddings_and_onnx_equal_the_reference(jina, tmp_path):
 
 
 def test_a_reranker_keeps_its_head(tmp_path):
-    """JinaBertForSequenceClassification (jina-reranker-v1): BERT's pooler + classifier under bert."""
+    """JinaBertForSequenceClassification (a cross-encoder fine-tuned from jina-bert-implementation): BERT's pooler
+    + classifier under bert."""
     config = jina_config(architectures=["JinaBertForSequenceClassification"], id2label={"0": "LABEL_0"},
                          label2id={"LABEL_0": 0})
     weights = jina_weights(seed=5, prefix="bert.")
@@ -211,6 +212,11 @@ def test_other_layouts_are_refused_by_name(jina, tmp_path):
     later = {**weights, "encoder.layer.0.attention.self.layer_norm_q.weight": torch.ones(WIDTH)}
     with pytest.raises(CheckpointError, match="qk-post-norm layout"):
         load_any(write_folder(tmp_path / "qk", config, later))
+    flash = {**config, "auto_map": {"AutoModel": "jinaai/jina-bert-flash-implementation--modeling_bert.JinaBertModel"}}
+    with pytest.raises(CheckpointError, match="jinaai/jina-bert-flash-implementation's code"):
+        load_any(write_folder(tmp_path / "flash", flash, weights))
+    local = {**config, "auto_map": {"AutoModel": "modeling_bert.JinaBertModel"}}  # code beside the weights: read
+    assert load_any(write_folder(tmp_path / "local", local, weights)).config.positions == "alibi"
     missing = {k: v for k, v in weights.items() if "gated_layers" not in k}
     with pytest.raises(CheckpointError, match="gated_layers"):
         load_any(write_folder(tmp_path / "gone", config, missing))

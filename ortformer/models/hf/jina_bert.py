@@ -1,6 +1,7 @@
 """Import JinaBERT v2 folders (jina-embeddings-v2-small-en / -base-en / -base-de / -base-zh /
--base-es, jina-reranker-v1): ``model_type: bert`` with ``position_embedding_type: alibi``,
-written for the remote code that config.json's ``auto_map`` names (transformers has no JinaBERT).
+-base-es): ``model_type: bert`` with ``position_embedding_type: alibi``, written for the remote
+code jinaai/jina-bert-implementation that config.json's ``auto_map`` names (transformers has no
+JinaBERT); folders made for other JinaBERT code are refused (check_code).
 
 A BERT layer without a position table, attention biased by symmetric ALiBi, and a gated
 feed-forward network with its own post-norm:
@@ -28,6 +29,7 @@ from .bert import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, sp
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
 WHAT = "JinaBERT "
+IMPLEMENTATION = "jina-bert-implementation"  # the remote code (auto_map) whose model this is
 FEED_FORWARD = {"geglu": "gelu", "reglu": "relu"}  # feed_forward_type -> the activated half's act
 # tensors of the qk-post-norm layout, which computes another layer
 QK_POST_NORM_KEYS = ("attention.self.layer_norm_q.", "mlp.up_gated_layer.", "layer_norm_1.")
@@ -40,7 +42,22 @@ def is_jina_bert(hf: dict) -> bool:
     return hf.get("model_type") == "bert" and hf.get("position_embedding_type") == "alibi"
 
 
+def check_code(hf: dict) -> None:
+    """auto_map names the remote code a folder was made for ("owner/repo--module.Class"). ortformer
+    reproduces jina-bert-implementation's; the others differ in layout or arithmetic (the flash
+    implementation's fused projections, and by one report halved ALiBi slopes for heads past the
+    eighth; the qk-post-norm layout), so a folder made for one of them is refused by name."""
+    auto_map = hf.get("auto_map") or {}
+    repos = {value.split("--")[0] for value in auto_map.values() if isinstance(value, str) and "--" in value} \
+        if isinstance(auto_map, dict) else set()
+    other = sorted(repo for repo in repos if repo.rsplit("/", 1)[-1] != IMPLEMENTATION)
+    if other:
+        raise CheckpointError(f"{WHAT}config.json auto_map names {other[0]}'s code, which ortformer does not reproduce; "
+                              f"it imports folders made for jinaai/{IMPLEMENTATION} (jina-embeddings-v2)")
+
+
 def jina_config(hf: dict, common: dict) -> EncoderConfig:
+    check_code(hf)
     require(hf, WHAT.strip(), tuple(key for key in REQUIRED if key != "max_position_embeddings"))
     refuse(hf, "feed_forward_type", tuple(FEED_FORWARD), None, WHAT)
     for flag in ("is_decoder", "add_cross_attention"):
