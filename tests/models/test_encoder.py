@@ -52,6 +52,10 @@ def variants():
     assert combos[0]["attention"] == "softmax"
     combos += [{**combos[0], "positions": "alibi"},
                {**combos[4], "positions": "alibi", "local_window": 2, "global_every": 3, "num_layers": 3}]
+    # soft-capped softmax scores (Gemma 2): bidirectional with a relative bias, and causal with rotary
+    combos += [{**combos[0], "attention_softcap": 0.5, "relative_attention_buckets": 8,
+                "relative_attention_max_distance": 6},
+               {**combos[4], "positions": "rotary", "causal": True, "attention_softcap": 2.0}]
     return combos
 
 
