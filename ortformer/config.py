@@ -426,14 +426,24 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.attention_softcap and cfg.attention != "softmax":
         raise ConfigError(f"attention_softcap caps softmax scores; the {cfg.attention} kernel never forms them: "
                           "use attention='softmax', or leave it 0")
+    if cfg.attention_softcap:
+        # the cap bounds q . k / sqrt(D); where a per-pair bias is added too, no model says which comes first
+        for name, on in (("relative_attention_buckets", cfg.relative_attention_buckets),
+                         ("disentangled_buckets", cfg.disentangled_buckets), ("positions='alibi'", cfg.positions == "alibi")):
+            if on:
+                raise ConfigError(f"attention_softcap with {name} is not implemented: the cap bounds q . k / sqrt(D) "
+                                  "and no model defines it beside a per-pair position bias; set one of them to 0 / "
+                                  "another positions kind (local windows, rotary and learned positions combine with it)")
     if cfg.positions == "alibi":
         # a bias on the (N, N) scores, which only the bidirectional softmax kernel forms
         for name, on in (("attention=" + repr(cfg.attention), cfg.attention != "softmax"), ("causal", cfg.causal),
                          ("relative_attention_buckets", cfg.relative_attention_buckets),
                          ("disentangled_buckets", cfg.disentangled_buckets)):
             if on:
-                raise ConfigError(f"positions='alibi' with {name} is not implemented: ALiBi is a per-head bias on "
-                                  "the bidirectional softmax scores, and the model's only relative positions")
+                raise ConfigError(f"positions='alibi' with {name} is not implemented: ALiBi biases the bidirectional "
+                                  "softmax scores and is the model's only relative position; use attention='softmax', "
+                                  "causal=False and no relative_attention_buckets / disentangled_buckets, or another "
+                                  "positions kind")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):

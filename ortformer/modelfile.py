@@ -298,9 +298,10 @@ def _check_tables(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig) -> Non
                     f"{path}: the table {node.input[0]!r} gathered by {node.input[1]} has {rows[node.input[0]]} rows, "
                     f"but the config says {field_name}={size}: the metadata does not describe this graph"
                 )
-        # a position table (learned or sinusoidal) is a (P, hidden) constant sliced to the sequence
-        # length: one shorter than max_positions would fail inside onnxruntime on valid lengths
-        if (node.op_type == "Slice" and cfg.positions != "none" and node.input and node.input[0] in rows
+        # a learned position table is a (P, hidden) constant sliced to the sequence length: one shorter
+        # than max_positions would fail inside onnxruntime on valid lengths (sinusoids, rotary angles
+        # and ALiBi distances are computed in the graph: no table)
+        if (node.op_type == "Slice" and cfg.positions == "learned" and node.input and node.input[0] in rows
                 and widths[node.input[0]] == cfg.hidden_size and rows[node.input[0]] < cfg.max_positions):
             raise ModelFileError(
                 f"{path}: the position table {node.input[0]!r} has {rows[node.input[0]]} rows, but the config says "

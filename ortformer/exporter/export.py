@@ -23,7 +23,7 @@ from .. import cost
 from ..cost import parameter_count
 from ..errors import ExportError, ModelFileError, ParityError
 from ..modelfile import check_graph_io, file_weights_digest
-from ..models import KERNELS, Encoder, MultiHeadAttention, build_encoder
+from ..models import Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
 from .dynamo import export_program
 from .chunked import chunked_gate, chunked_payload
@@ -94,7 +94,7 @@ def _attention_fusion(model: Encoder, fused: bool):
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     before = [m.fused for m in modules]
     for m in modules:
-        m.fused = fused and m.kernel is KERNELS["softmax"]
+        m.fused = fused and m.can_fuse  # bidirectional, uncapped softmax: the fused kernel's
     try:
         yield
     finally:

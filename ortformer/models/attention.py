@@ -274,7 +274,8 @@ class MultiHeadAttention(nn.Module):
         # the exporter turns this off for graphs that must use standard ONNX ops only.
         # causal softmax runs unfused, through an additive triangular bias, and so does a capped
         # one (the fused kernel has no cap)
-        self.fused = kernel == "softmax" and not causal and not softcap
+        self.can_fuse = kernel == "softmax" and not causal and not softcap
+        self.fused = self.can_fuse
         # A = H x D, the width attention works in: hidden_size unless head_size says otherwise (T5's d_kv)
         self.inner = num_heads * head_size if head_size else hidden_size
         self.kv_inner = self.kv_heads * (self.inner // num_heads)  # A_kv = H_kv x D

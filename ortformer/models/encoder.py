@@ -120,7 +120,7 @@ class Encoder(nn.Module):
             x = self.project(x)  # (B, N, F)
         key_mask = attention_mask != 0  # (B, N) bool
         n = x.shape[1]
-        relative = self.relative(n).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
+        relative = self.relative(n, x.device).to(x.dtype) if self.relative is not None else None  # (1, H, N, N)
         rotary = self.rotary(n, x.device) if self.rotary is not None else None  # cos, sin: each (N, D)
         local_bias, local_rotary = relative, rotary
         disentangled = self.disentangled(n) if self.disentangled is not None else None  # R (2S, F), I (N, N)

@@ -183,7 +183,7 @@ class RelativePositionBias(nn.Module):
         self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
         self.table = nn.Embedding(cfg.relative_attention_buckets, cfg.num_heads)
 
-    def forward(self, n: int) -> torch.Tensor:
+    def forward(self, n: int, device: torch.device | None = None) -> torch.Tensor:
         position = torch.arange(n, device=self.table.weight.device)
         query_minus_key = position[:, None] - position[None, :]  # (N, N): i - j
         buckets = (query_minus_key < 0).to(torch.long) * self.half \
@@ -212,13 +212,14 @@ class AlibiBias(nn.Module):
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
-        slopes = torch.tensor(alibi_slopes(cfg.num_heads), dtype=torch.float32)
-        self.register_buffer("negative_slopes", -slopes, persistent=False)  # (H,)
+        # kept as Python floats, not a buffer: a half-precision copy (.half()) would round a buffer
+        self.negative_slopes = [-m for m in alibi_slopes(cfg.num_heads)]
 
-    def forward(self, n: int) -> torch.Tensor:
-        position = torch.arange(n, device=self.negative_slopes.device)
+    def forward(self, n: int, device: torch.device | None = None) -> torch.Tensor:
+        slopes = torch.tensor(self.negative_slopes, dtype=torch.float32, device=device)  # (H,)
+        position = torch.arange(n, device=device)
         distance = (position[None, :] - position[:, None]).abs().to(torch.float32)  # (N, N): |i - j|
-        return (self.negative_slopes[:, None, None] * distance).unsqueeze(0)  # (1, H, N, N)
+        return (slopes[:, None, None] * distance).unsqueeze(0)  # (1, H, N, N), float32
 
 
 def log_bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:

@@ -52,9 +52,9 @@ def variants():
     assert combos[0]["attention"] == "softmax"
     combos += [{**combos[0], "positions": "alibi"},
                {**combos[4], "positions": "alibi", "local_window": 2, "global_every": 3, "num_layers": 3}]
-    # soft-capped softmax scores (Gemma 2): bidirectional with a relative bias, and causal with rotary
-    combos += [{**combos[0], "attention_softcap": 0.5, "relative_attention_buckets": 8,
-                "relative_attention_max_distance": 6},
+    # soft-capped softmax scores (Gemma 2): bidirectional alone and under local windows, causal with rotary
+    combos += [{**combos[0], "attention_softcap": 0.5},
+               {**combos[4], "attention_softcap": 0.5, "local_window": 2, "global_every": 3, "num_layers": 3},
                {**combos[4], "positions": "rotary", "causal": True, "attention_softcap": 2.0}]
     return combos
 
@@ -312,6 +312,13 @@ def test_local_layers_follow_global_every_and_see_only_their_window():
     assert unwindowed[0, :6].abs().max() > 1e-4  # and a global layer would have
 
 
+def test_alibi_bias_stays_float32_in_a_half_model():
+    """The slopes are not a buffer that .half() would round (2^-(k + 1/2) slopes are not float16 numbers)."""
+    cfg = preset("tiny", positions="alibi", num_heads=12, hidden_size=48)
+    bias, half = build_encoder(cfg).relative(9), build_encoder(cfg).half().relative(9)
+    assert half.dtype == torch.float32 and torch.equal(bias, half)
+
+
 def test_rotary_tables_stay_float32_in_a_half_model():
     cfg = preset("tiny", positions="rotary", max_positions=512)
     model = build_encoder(cfg)
@@ -321,7 +328,8 @@ def test_rotary_tables_stay_float32_in_a_half_model():
 
 
 @pytest.mark.parametrize("overrides", [dict(positions="rotary", qk_norm=True, norm="rmsnorm"),
-                                       dict(positions="none", qk_norm=True, relative_attention_buckets=8)])
+                                       dict(positions="none", qk_norm=True, relative_attention_buckets=8),
+                                       dict(positions="alibi", qk_norm=True)])
 def test_fused_softmax_path_equals_the_plain_one(overrides):
     """The fused path (one op per layer, what the exporter translates) against the plain
     (B, H, N, D) path, where q/k norms and rotary are applied per head in plain sight."""

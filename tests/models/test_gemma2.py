@@ -2,6 +2,8 @@
 against transformers."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hf_support import (assert_matches_transformers, cases, hf_reference, load_and_export, transformers,
@@ -74,6 +76,16 @@ def test_sliding_layers_cap_the_length_where_their_window_never_acts(tmp_path):
     assert_matches_transformers(loaded, hf_reference(transformers.Gemma2Model, folder), None, pad_id=0)
 
 
+def test_the_default_cap_is_gemma2_configs(full_layers, tmp_path):
+    """A config.json without attn_logit_softcapping caps at Gemma2Config's 50, as transformers reads it."""
+    folder = with_config(full_layers, tmp_path / "m", {})
+    config = json.loads((folder / "config.json").read_text())
+    del config["attn_logit_softcapping"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert load_any(folder).config.attention_softcap == 50.0
+    assert transformers.AutoConfig.from_pretrained(str(folder)).attn_logit_softcapping == 50.0
+
+
 @pytest.mark.parametrize("change, message", [
     ({"use_bidirectional_attention": True}, "use_bidirectional_attention=True is not supported"),
     ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping=-1.0 is not supported"),
@@ -89,7 +101,32 @@ def test_unsupported_configs_are_refused(full_layers, tmp_path, change, message)
     (dict(attention_softcap=-1.0), "attention_softcap=-1.0 must be a finite number >= 0"),
     (dict(attention_softcap=float("inf")), "must be a finite number"),
     (dict(attention_softcap=30.0, attention="linear"), "the linear kernel never forms them"),
+    (dict(attention_softcap=30.0, relative_attention_buckets=8), "attention_softcap with relative_attention_buckets"),
+    (dict(attention_softcap=30.0, positions="alibi"), "attention_softcap with positions='alibi'"),
 ])
 def test_softcap_config_is_checked(change, message):
     with pytest.raises(ConfigError, match=message):
         EncoderConfig(**change)
+
+
+def test_a_capped_bidirectional_model_exports_the_cap_unfused(tmp_path):
+    """The fused attention kernel has no cap: a capped layer exports as written-out ops (Tanh on the
+    scores), gated against eager, and its outputs are not the uncapped model's."""
+    import numpy as np
+    import onnx
+
+    from ortformer.config import preset
+    from ortformer.exporter import export
+    from ortformer.models.encoder import build_encoder
+    from ortformer.runtime import Runtime
+
+    cfg = preset("tiny", attention_softcap=0.2)
+    path = export(cfg, tmp_path / "m.onnx", seed=4).path
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert "Tanh" in ops and "MultiHeadAttention" not in ops
+    ids, mask = np.array([[5, 9, 17, 3, 44, 8, 61, 2]]), np.ones((1, 8), dtype=np.int64)
+    got = Runtime(path, "cpu").run(ids, mask)["last_hidden_state"]
+    uncapped = build_encoder(cfg.replace(attention_softcap=0.0), seed=4)
+    with torch.no_grad():
+        plain = uncapped(torch.from_numpy(ids), torch.from_numpy(mask), torch.zeros(1, 8, dtype=torch.long))
+    assert np.abs(got - plain["last_hidden_state"].numpy()).max() > 1e-3

@@ -59,8 +59,8 @@ DROPPED_PREFIXES = ("lm_head.", "score.")
 DEFAULTS = {"head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096, "sliding_window_pattern": 6,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "hidden_activation": "gelu_pytorch_tanh",
             "num_key_value_heads": 4}
-# Gemma2Config's, where they differ: every other layer sliding (l even), a soft-capped attention
-DEFAULTS_2 = {**DEFAULTS, "max_position_embeddings": 8192, "sliding_window_pattern": 2}
+# Gemma2Config's, where they differ (its layer pattern, even layers sliding, is fixed: gemma2_config)
+DEFAULTS_2 = {**DEFAULTS, "max_position_embeddings": 8192}
 SOFTCAP_2 = 50.0  # Gemma2Config's attn_logit_softcapping
 DEFAULT_THETA = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
 NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention_norm",
@@ -72,11 +72,11 @@ def setting(hf: dict, key: str):
     return (DEFAULTS_2 if hf.get("model_type") == "gemma2" else DEFAULTS)[key] if value is None else value
 
 
-def layer_kinds(hf: dict, layers: int, what: str = WHAT) -> tuple[list[str], str]:
+def layer_kinds(hf: dict, layers: int) -> tuple[list[str], str]:
     """(each layer's kind, the config.json key it comes from): layer_types, or the
     sliding_window_pattern's (layer l full when (l + 1) % pattern == 0)."""
     if hf.get("layer_types") is not None:
-        return check_layer_types(hf["layer_types"], layers, what), "layer_types"
+        return check_layer_types(hf["layer_types"], layers, WHAT), "layer_types"
     pattern = setting(hf, "sliding_window_pattern")
     if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
         raise CheckpointError(f"{WHAT}config.json sliding_window_pattern={pattern!r} is not supported; "

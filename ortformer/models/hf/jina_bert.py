@@ -63,7 +63,8 @@ def jina_config(hf: dict, common: dict) -> EncoderConfig:
     for flag in ("is_decoder", "add_cross_attention"):
         if hf.get(flag):
             raise CheckpointError(f"{WHAT}config.json {flag}=true is not supported; ortformer imports bidirectional encoders only")
-    # ALiBi has no table to bound the length: the longest sequence is the one the model was made for
+    # ALiBi has no table to bound the length (the remote code rebuilds its bias past
+    # max_position_embeddings); without the key, the 8192 tokens every released model sets
     longest = hf.get("max_position_embeddings", 8192)
     return make_config(
         WHAT.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=hf["num_attention_heads"],
