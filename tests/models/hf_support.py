@@ -124,6 +124,16 @@ def assert_matches_transformers(loaded, hf_model, onnx_path: Path | None, pad_id
     return checked
 
 
+def assert_only_the_import_matches(loaded, mutant, hf_model) -> None:
+    """A mutation check: on one row of ids, the import matches transformers (within 1e-4) and ``mutant``
+    (the same weights in a model without the feature under test) is off by more than 1e-2."""
+    ids, mask = torch.tensor([[5, 9, 17, 3, 44, 8, 61, 2, 30]]), torch.ones(1, 9, dtype=torch.long)
+    with torch.no_grad():
+        want = hf_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert (loaded.model(ids, mask)["last_hidden_state"] - want).abs().max() < 1e-4
+        assert (mutant(ids, mask)["last_hidden_state"] - want).abs().max() > 1e-2
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 
