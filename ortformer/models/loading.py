@@ -24,6 +24,14 @@ FAMILIES = {
 }
 
 
+def family_module(config: dict) -> str:
+    """The models/hf/ module that imports a folder with this config.json (a supported model_type):
+    FAMILIES', except JinaBERT v2, which keeps BERT's model_type and flags ALiBi positions."""
+    if config.get("model_type") == "bert" and config.get("position_embedding_type") == "alibi":
+        return "jina_bert"
+    return FAMILIES[config["model_type"]]
+
+
 # model_types whose encoder ortformer imports from another folder
 HINTS = {"gemma3": "; a Gemma 3 text encoder is imported from a text-only folder (model_type gemma3_text, "
                    "Gemma3TextModel: EmbeddingGemma's)"}
@@ -40,10 +48,11 @@ def load_hf(folder, **options) -> Loaded:
     options (pooling, normalize, name) go to the family's loader."""
     root = Path(folder)
     model_dir = transformer_dir(root)
-    model_type = read_json(model_dir / "config.json").get("model_type")
+    config = read_json(model_dir / "config.json")
+    model_type = config.get("model_type")
     if model_type not in FAMILIES:
         raise unsupported_model_type(model_type)
-    module = importlib.import_module(f".hf.{FAMILIES[model_type]}", __package__)
+    module = importlib.import_module(f".hf.{family_module(config)}", __package__)
     loaded = module.load(folder, **options)
     if loaded.tokenizer is None:  # an older save: a tokenizer.json built from its vocabulary, if it has one
         built = built_tokenizer(model_dir, root, model_type)

@@ -13,8 +13,6 @@ query, key and value Linears become one ``qkv`` Linear whose output rows are
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from ...config import EncoderConfig
@@ -22,7 +20,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
 # weights the Hugging Face folder may carry that an encoder does not use: MLM / NSP and QA
 # heads, and a base model's pooler; a classifier's head becomes the logits output (heads.py)
@@ -181,10 +179,6 @@ def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = No
     pooling / normalize: override the sentence-transformers config; without one
     the default is pooling="none" (BERT's own pooler head is not imported).
     """
-    from . import jina_bert  # JinaBERT v2 keeps BERT's model_type (its remote code reads the ALiBi flag)
-
-    if jina_bert.is_jina_bert(read_json(transformer_dir(Path(folder)) / "config.json")):
-        return jina_bert.load(folder, pooling=pooling, normalize=normalize, name=name)
     return import_folder(folder, family="bert", build=bert_config, map_weights=map_bert_layout,
                          pooling=pooling, normalize=normalize, name=name)
 load = load_bert  # the entry point loading.load_hf calls

@@ -1,7 +1,8 @@
 """Import JinaBERT v2 folders (jina-embeddings-v2-small-en / -base-en / -base-de / -base-zh /
 -base-es): ``model_type: bert`` with ``position_embedding_type: alibi``, written for the remote
 code jinaai/jina-bert-implementation that config.json's ``auto_map`` names (transformers has no
-JinaBERT); folders made for other JinaBERT code are refused (check_code).
+JinaBERT); loading.family_module routes them here. Folders made for other JinaBERT code are
+refused (check_code).
 
 A BERT layer without a position table, attention biased by symmetric ALiBi, and a gated
 feed-forward network with its own post-norm:
@@ -36,10 +37,6 @@ QK_POST_NORM_KEYS = ("attention.self.layer_norm_q.", "mlp.up_gated_layer.", "lay
 # (saved name, Encoder name) per layer; q / k / v are fused separately, the gated Linear has no bias
 LAYER_NAMES = (("attention.output.dense", "attention.out"), ("attention.output.LayerNorm", "norm1"),
                ("mlp.wo", "ffn.down"), ("mlp.layernorm", "norm2"))
-
-
-def is_jina_bert(hf: dict) -> bool:
-    return hf.get("model_type") == "bert" and hf.get("position_embedding_type") == "alibi"
 
 
 def check_code(hf: dict) -> None:
