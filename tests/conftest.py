@@ -78,3 +78,17 @@ def cached_tracing(monkeypatch):
         return copy
 
     monkeypatch.setattr(export_module, "_trace_to_onnx", cached)
+
+
+# The slowest files first (figures of `./dev test --durations=0`, 30-290 s of worker time each):
+# `--dist loadfile` hands whole files to the two workers in collection order, so a slow file
+# collected last would leave one worker running it alone at the end.
+SLOW_FIRST = ("tests/exporter/test_export.py", "tests/test_cli_examples.py", "tests/runtime/test_chunked.py",
+              "tests/exporter/test_atomic.py", "tests/test_cli_export_checks.py", "tests/models/test_classifier_heads.py",
+              "tests/test_bench.py", "tests/models/test_gemma.py", "tests/exporter/test_linear_memory.py",
+              "tests/reliability/test_numerics.py", "tests/models/test_splade.py", "tests/models/test_checkpoint.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
