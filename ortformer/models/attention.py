@@ -209,13 +209,13 @@ def causal_softmax_attention(q, k, v, key_mask, eps, softcap=0.0):
     """
     n = q.shape[2]
     later = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # (N, N): key after query
+    if softcap:  # SDPA has no cap: softmax_attention's written-out scores, later keys as a bias
+        low = torch.finfo(torch.float32).min
+        later_bias = torch.zeros(n, n, dtype=torch.float32, device=q.device).masked_fill(later, low)
+        return softmax_attention(q, k, v, key_mask, eps, later_bias[None, None], softcap=softcap)
     blocked = later[None, None] | ~key_mask[:, None, None, :]  # (B, 1, N, N)
-    if softcap:  # the capped scores written out (SDPA has no cap), masked in float32
-        scores = scaled_scores(q, k, softcap).masked_fill(blocked, torch.finfo(torch.float32).min)
-        out = scores.softmax(dim=-1).to(q.dtype) @ v  # (B, H, N, D)
-    else:
-        bias = torch.zeros(blocked.shape, dtype=q.dtype, device=q.device).masked_fill(blocked, torch.finfo(q.dtype).min)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
+    bias = torch.zeros(blocked.shape, dtype=q.dtype, device=q.device).masked_fill(blocked, torch.finfo(q.dtype).min)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
     return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]
 
 

@@ -30,12 +30,17 @@ REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_laye
             "intermediate_size", "max_position_embeddings")
 
 
-def check_bert_layout(hf: dict, what: str) -> None:
-    """The config values every BERT-layout family refuses unless they are BERT's."""
-    refuse(hf, "position_embedding_type", ("absolute",), "absolute", what)
+def refuse_decoder(hf: dict, what: str) -> None:
+    """CheckpointError for a BERT-layout config.json set up as a decoder (is_decoder / add_cross_attention)."""
     for flag in ("is_decoder", "add_cross_attention"):
         if hf.get(flag):
             raise CheckpointError(f"{what}config.json {flag}=true is not supported; ortformer imports bidirectional encoders only")
+
+
+def check_bert_layout(hf: dict, what: str) -> None:
+    """The config values every BERT-layout family refuses unless they are BERT's."""
+    refuse(hf, "position_embedding_type", ("absolute",), "absolute", what)
+    refuse_decoder(hf, what)
     refuse(hf, "hidden_act", tuple(ACTIVATIONS), "gelu", what)
     require(hf, what.strip() or "BERT", REQUIRED)
 

@@ -486,6 +486,15 @@ def find_tokenizer(model_dir: Path, root: Path) -> Path | None:
     return next((d / TOKENIZER_NAME for d in (model_dir, root) if (d / TOKENIZER_NAME).is_file()), None)
 
 
+def rope_theta(hf: dict, default: float, what: str) -> float:
+    """The theta of config.json's rope_parameters (one entry for every layer), else of its older
+    rope_theta key, else ``default``: default_rope_theta's checks."""
+    params = hf.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
+    return default_rope_theta(params, hf.get("rope_theta", default), what)
+
+
 def default_rope_theta(rope: dict, fallback: float, what: str, where: str = "rope_parameters") -> float:
     """The theta of config.json's ``where`` (a rope_parameters entry; ``fallback`` when it has
     none), CheckpointError unless it describes the default rope over the whole head."""

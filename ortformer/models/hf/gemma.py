@@ -45,7 +45,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
+from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
                      transformer_dir)
 from .llama import base_tensors, biases, kv_heads, map_linears, names
 from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
@@ -153,11 +153,8 @@ def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
             raise CheckpointError(f"{WHAT_2}config.json sliding_window={window!r} is not supported with sliding "
                                   "layers; it must be an int >= 1")
         longest = min(longest, window)
-    params = hf.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise CheckpointError(f"{WHAT_2}config.json rope_parameters={params!r} is not supported")
     refuse(hf, "rope_scaling", (None,), None, WHAT_2)
-    theta = default_rope_theta(params, hf.get("rope_theta", 10000.0), WHAT_2)
+    theta = rope_theta(hf, 10000.0, WHAT_2)
     return make_config(WHAT_2.strip(), **fields, causal=True, qk_norm=False, attention_softcap=softcap(hf, WHAT_2, SOFTCAP_2),
                        rotary_theta=theta, max_positions=longest, **common)
 
@@ -175,17 +172,13 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
     # the same float32 product transformers' scaled embedding computes per looked-up row
     scale = torch.tensor(cfg.hidden_size ** 0.5, dtype=torch.float32)
     out = {"tokens.weight": kept["embed_tokens.weight"].float() * scale, "norm.weight": unit_offset("norm.weight"),
-           **map_linears(kept, cfg)}
+           **map_linears(kept, cfg, query_scale=1.0 if cfg.qk_norm else math.sqrt(cfg.head_size / query_scalar))}
     query = math.sqrt(cfg.head_size / query_scalar)
     for i in range(cfg.num_layers):
         p, q = f"layers.{i}.", f"blocks.{i}."
         for theirs, ours in NORMS.items():
             out[f"{q}{ours}.weight"] = unit_offset(f"{p}{theirs}.weight")
-        if not cfg.qk_norm:  # rows [Q; K; V]: the first A rows (and bias entries) are the query's
-            for kind in ("weight", "bias") if cfg.bias else ("weight",):
-                fused = out[f"{q}attention.qkv.{kind}"].float()
-                out[f"{q}attention.qkv.{kind}"] = torch.cat([fused[:cfg.attention_size] * query,
-                                                             fused[cfg.attention_size:]])
+        if not cfg.qk_norm:  # Gemma 2: the query scale is in the q rows (map_linears)
             continue
         q_norm = unit_offset(p + "self_attn.q_norm.weight")
         out[q + "attention.q_norm.weight"] = q_norm if query == 1.0 else q_norm * query

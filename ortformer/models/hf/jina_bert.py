@@ -26,7 +26,7 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, split_dropped
+from .bert import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, refuse_decoder, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 
 WHAT = "JinaBERT "
@@ -57,9 +57,7 @@ def jina_config(hf: dict, common: dict) -> EncoderConfig:
     check_code(hf)
     require(hf, WHAT.strip(), tuple(key for key in REQUIRED if key != "max_position_embeddings"))
     refuse(hf, "feed_forward_type", tuple(FEED_FORWARD), None, WHAT)
-    for flag in ("is_decoder", "add_cross_attention"):
-        if hf.get(flag):
-            raise CheckpointError(f"{WHAT}config.json {flag}=true is not supported; ortformer imports bidirectional encoders only")
+    refuse_decoder(hf, WHAT)
     # ALiBi has no table to bound the length (the remote code rebuilds its bias past
     # max_position_embeddings); without the key, the 8192 tokens every released model sets
     longest = hf.get("max_position_embeddings", 8192)

@@ -48,7 +48,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta, transformer_dir
 from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
 
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -214,10 +214,7 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         if not family.window_switch and (not isinstance(layer_types, list) or set(layer_types) - {FULL}):
             raise CheckpointError(f"{what}config.json layer_types={brief(layer_types, 120)} is not supported; ortformer "
                                   "implements full attention in every layer")
-        params = hf.get("rope_parameters") or {}
-        if not isinstance(params, dict):
-            raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
-        positions = {"rotary_theta": default_rope_theta(params, hf.get("rope_theta", family.theta), what)}
+        positions = {"rotary_theta": rope_theta(hf, family.theta, what)}
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     return make_config(
@@ -275,10 +272,10 @@ def base_tensors(raw: Tensors, dropped_prefixes: tuple[str, ...], base: str = "m
     return kept, dropped
 
 
-def map_linears(kept: Tensors, cfg: EncoderConfig) -> Tensors:
+def map_linears(kept: Tensors, cfg: EncoderConfig, query_scale: float = 1.0) -> Tensors:
     """Every layer's Linears under the Encoder's names: q, k, v fused (K and V keep their
-    num_kv_heads heads: grouped-query attention shares them in the graph), [gate; up] fused,
-    zero biases where a Linear has none and another has."""
+    num_kv_heads heads: grouped-query attention shares them in the graph; q's weight and bias times
+    ``query_scale``, in float32), [gate; up] fused, zero biases where a Linear has none and another has."""
     def part(p: str, name: str, kind: str) -> torch.Tensor:
         key = f"{p}{name}.{kind}"
         return kept[key] if kind == "weight" or key in kept else torch.zeros(kept[f"{p}{name}.weight"].shape[0])
@@ -288,6 +285,8 @@ def map_linears(kept: Tensors, cfg: EncoderConfig) -> Tensors:
         p, q = f"layers.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias") if cfg.bias else ("weight",):
             attn = [part(p, f"self_attn.{n}_proj", kind) for n in "qkv"]
+            if query_scale != 1.0:
+                attn[0] = attn[0].float() * query_scale
             out[q + f"attention.qkv.{kind}"] = torch.cat(attn)
             out[q + f"attention.out.{kind}"] = part(p, "self_attn.o_proj", kind)
             out[q + f"ffn.up.{kind}"] = torch.cat([part(p, "mlp.gate_proj", kind), part(p, "mlp.up_proj", kind)])

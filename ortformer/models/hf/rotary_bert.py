@@ -41,7 +41,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
+from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
                      transformer_dir)
 
 MODEL_TYPES = ("nomic_bert", "gte", "new", "jina_embeddings_v3")
@@ -139,10 +139,7 @@ def rotary(hf: dict, default: float, head_size: int, what: str) -> tuple[float, 
     (theta f)^(-2i/D) / f^(2/D), as its code computes them for every length) as theta x f and a
     position scale f^(-2/D)."""
     refuse(hf, "partial_rotary_factor", (None, 1, 1.0), None, what)
-    params = hf.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise CheckpointError(f"{what}config.json rope_parameters={brief(params, 80)} is not supported")
-    theta = default_rope_theta(params, hf.get("rope_theta", default), what)
+    theta = rope_theta(hf, default, what)
     scaling = hf.get("rope_scaling")
     if scaling is None:
         return theta, 1.0
