@@ -20,7 +20,10 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 POSITIONS = ("learned", "sinusoidal", "rotary", "alibi", "none")
 # index: position p of the sequence; kept: the count of kept tokens before it (padding skipped, RoBERTa)
 POSITION_IDS = ("index", "kept")
-POOLINGS = ("none", "mean", "cls", "last", "max")
+# mean_sqrt_len: the kept tokens' sum over sqrt(their count); weighted_mean: token j weighted by its
+# place j - first + 1 from the first kept token (both sentence-transformers' modes)
+POOLINGS = ("none", "mean", "cls", "last", "max", "mean_sqrt_len", "weighted_mean")
+SENTENCE_POOLINGS = ", ".join(POOLINGS[1:])  # for messages
 # SPLADE: the sentence embedding pooled from a per-token head over the vocabulary (an MLM head)
 SPLADE_POOLINGS = ("splade_max", "splade_sum")
 # SPLADE's term weight: log1p(relu(logit)), or log1p of that again (sentence-transformers' log1p_relu)
@@ -45,7 +48,7 @@ _CHOICES = {
     "pooling": POOLINGS + SPLADE_POOLINGS,
     "splade_activation": SPLADE_ACTIVATIONS,
     "sentence_dense_activation": DENSE_ACTIVATIONS,
-    "classifier_pooling": POOLINGS[1:],
+    "classifier_pooling": POOLINGS[1:5],
     "classifier_dense": CLASSIFIER_DENSE,
     "conv_activation": CLASSIFIER_DENSE[1:],
     "disentangled_projections": DISENTANGLED_PROJECTIONS,
@@ -346,7 +349,7 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "already arrives hidden_size wide")
     if cfg.sentence_dense_size and cfg.pooling == "none":
         raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps the pooled sentence embedding; "
-                          "with pooling='none' there is none: choose a pooling (mean, cls, last, max) or set it to 0")
+                          f"with pooling='none' there is none: choose a pooling ({SENTENCE_POOLINGS}) or set it to 0")
     if cfg.classifier_labels < 0:
         raise ConfigError(f"classifier_labels={cfg.classifier_labels} must be >= 0 (0 = no classifier head)")
     if not cfg.classifier_labels:
@@ -358,7 +361,7 @@ def _check_variants(cfg: EncoderConfig) -> None:
                               "set classifier_labels to the number of labels, or leave them at their defaults")
     if cfg.sparse and not (cfg.classifier_labels and cfg.classifier_per_token):
         raise ConfigError(f"pooling={cfg.pooling!r} pools a per-token head's logits (an MLM head over the vocabulary): "
-                          "set classifier_labels and classifier_per_token=True, or choose mean, cls, last or max")
+                          f"set classifier_labels and classifier_per_token=True, or choose {SENTENCE_POOLINGS}")
     if cfg.sparse and cfg.sentence_dense_size:
         raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps a pooled hidden vector; "
                           f"pooling={cfg.pooling!r} gives vocabulary weights: set it to 0")
@@ -366,7 +369,7 @@ def _check_variants(cfg: EncoderConfig) -> None:
         width = cfg.sentence_dense_size or cfg.hidden_size
         if cfg.pooling == "none" or cfg.sparse or not 0 < cfg.truncate_dim <= width:
             raise ConfigError(f"truncate_dim={cfg.truncate_dim} keeps the first features of a pooled sentence embedding: "
-                              f"it needs pooling mean, cls, last or max (got {cfg.pooling!r}) and a value in "
+                              f"it needs pooling {SENTENCE_POOLINGS} (got {cfg.pooling!r}) and a value in "
                               f"1..{width} (the embedding's width), or 0 for the whole embedding")
     if cfg.splade_activation != "relu" and not cfg.sparse:
         raise ConfigError(f"splade_activation={cfg.splade_activation!r} shapes SPLADE pooling; "

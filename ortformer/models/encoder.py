@@ -202,8 +202,10 @@ def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:
     """Sentence embedding (B, F) from x (B, N, F) and key_mask (B, N), m = key_mask:
     mean: sum_i m_i x_i / max(sum_i m_i, 1); cls: x_j for the first j with m_j = 1 (x_0 under
     right padding, and under left padding the real first token, never a pad row); last: x_j
-    for the last j with m_j = 1; max: max_i over kept tokens per feature. Rows with nothing
-    kept give x_0 for cls and zeros for the others."""
+    for the last j with m_j = 1; max: max_i over kept tokens per feature; mean_sqrt_len:
+    sum_i m_i x_i / sqrt(max(sum_i m_i, 1)); weighted_mean: mean with weights w_i = m_i (i - f + 1),
+    f the first kept index (so left padding shifts nothing), sum_i w_i x_i / max(sum_i w_i, 1).
+    Rows with nothing kept give x_0 for cls and zeros for the others."""
     if kind == "cls":
         index = key_mask.to(torch.int64).argmax(dim=1)  # (B,) the first kept index; 0 when none
         pooled = torch.gather(x, 1, index[:, None, None].expand(-1, 1, x.shape[2])).squeeze(1)
@@ -218,9 +220,14 @@ def pool(x: torch.Tensor, key_mask: torch.Tensor, kind: str) -> torch.Tensor:
         masked = x.masked_fill(~key_mask[:, :, None], torch.finfo(x.dtype).min)
         pooled = masked.max(dim=1).values * key_mask.any(dim=1).to(x.dtype)[:, None]
     else:
-        weights = key_mask.unsqueeze(-1).to(torch.float32)  # (B, N, 1)
-        total = (x.float() * weights).sum(dim=1)
-        pooled = (total / weights.sum(dim=1).clamp(min=1.0)).to(x.dtype)
+        weights = key_mask.to(torch.float32)  # (B, N)
+        if kind == "weighted_mean":
+            first = key_mask.to(torch.int64).argmax(dim=1, keepdim=True)  # (B, 1)
+            place = torch.arange(1, x.shape[1] + 1, device=x.device)[None, :] - first  # (B, N)
+            weights = weights * place.to(torch.float32)
+        total = (x.float() * weights[:, :, None]).sum(dim=1)  # (B, F)
+        count = weights.sum(dim=1, keepdim=True).clamp(min=1.0)  # (B, 1)
+        pooled = (total / (count.sqrt() if kind == "mean_sqrt_len" else count)).to(x.dtype)
     return pooled
 
 

@@ -274,10 +274,11 @@ def test_missing_and_misshaped_bert_weights_are_listed(tmp_path):
 
 @pytest.mark.parametrize("modules,pooling,message", [
     (["Transformer", "Pooling", "LSTM"], {"pooling_mode_mean_tokens": True}, "does not implement: LSTM"),
-    (["Transformer", "Pooling"], {"pooling_mode_weightedmean_tokens": True},
-     r"pooling \['weightedmean'\] is not supported; valid: exactly one of mean, cls, lasttoken, max"),
+    (["Transformer", "Pooling"], {"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True},
+     r"pooling \['mean', 'max'\] is not supported; valid: exactly one of mean, cls, lasttoken, max, "
+     "mean_sqrt_len_tokens, weightedmean"),
     (["Transformer", "Pooling"], {"pooling_mode": ["mean", "max"]}, r"pooling \['mean', 'max'\] is not supported"),
-    (["Transformer", "Pooling"], {"pooling_mode": "mean_sqrt_len_tokens"}, "mean_sqrt_len_tokens"),
+    (["Transformer", "Pooling"], {"pooling_mode": "median"}, r"pooling \['median'\] is not supported"),
     (["Transformer", "Pooling"], {"pooling_mode": "mean", "include_prompt": False}, "include_prompt=False"),
 ])
 def test_unsupported_sentence_transformers_modules(tmp_path, modules, pooling, message):

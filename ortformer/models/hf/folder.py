@@ -329,7 +329,8 @@ def read_st_model_config(folder: Path) -> tuple[dict[str, str], str | None, int 
 
 
 # sentence-transformers pooling modes (its pooling_mode key, or the older pooling_mode_* flags)
-ST_POOLINGS = {"mean": "mean", "cls": "cls", "lasttoken": "last", "max": "max"}
+ST_POOLINGS = {"mean": "mean", "cls": "cls", "lasttoken": "last", "max": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
+               "weightedmean": "weighted_mean"}
 ST_LEGACY_POOLINGS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
                       "pooling_mode_lasttoken": "lasttoken", "pooling_mode_max_tokens": "max",
                       "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
