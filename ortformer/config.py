@@ -121,6 +121,9 @@ class EncoderConfig:
     # pre-norm only: normalise the embeddings too, and skip the first block's attention
     # pre-norm, whose input is then already normalised (ModernBERT)
     embedding_norm: bool = False
+    # with embedding_norm, the first block keeps its own attention pre-norm as well, so layer 0
+    # reads norm1(embed_norm(e)) (RoBERTa-PreLayerNorm, ESM-1b's emb_layer_norm_before)
+    first_block_norm: bool = False
     # a convolution over positions after the first layer (DeBERTa-v2 xlarge / xxlarge): 0 = none,
     # else x_1 = norm(x_1 + act(conv(e))) with e the embeddings (padding zeroed) and a Conv1d of
     # this odd kernel size, F -> F
@@ -397,6 +400,9 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "after each residual add: set norm_position='pre'")
     if cfg.embedding_norm and cfg.norm_position != "pre":
         raise ConfigError("embedding_norm=True is for pre-norm models; post-norm already normalises the embeddings")
+    if cfg.first_block_norm and not cfg.embedding_norm:
+        raise ConfigError("first_block_norm=True keeps the first block's pre-norm beside an embedding norm; without "
+                          "embedding_norm every block keeps its own: set embedding_norm=True, or leave it False")
     if cfg.relative_attention_buckets:
         # per direction buckets // 2, of which buckets // 4 are exact distances: with fewer
         # than 4 no distance is exact and the logarithmic part divides by log(max_distance / 0)

@@ -39,9 +39,10 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
     up = cfg.ffn_size * (2 if cfg.ffn_gated else 1)  # width of the up projection
     # post-norm: the embedding norm is E wide; pre-norm: the final norm is F wide, plus an
     # E-wide embedding norm when embedding_norm, which replaces the first block's pre-norm
+    # unless first_block_norm
     norms = (2 * L) * _norm_params(cfg) + _norm_params(cfg, E if cfg.norm_position == "post" else F)
     if cfg.embedding_norm:
-        norms += _norm_params(cfg, E) - _norm_params(cfg)
+        norms += _norm_params(cfg, E) - (0 if cfg.first_block_norm else _norm_params(cfg))
     if cfg.sandwich_norm:  # each sublayer's output normalised too
         norms += (2 * L) * _norm_params(cfg)
     return {

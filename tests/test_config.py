@@ -54,6 +54,7 @@ def test_every_field_has_a_reason_comment():
     ({"local_window": 8, "global_every": 3, "global_offset": 3}, "global_offset=3", "[0, global_every=3)"),
     ({"global_offset": 1, "global_every": 2}, "global_offset", "set local_window"),
     ({"sandwich_norm": True}, "sandwich_norm=True", "norm_position='pre'"),
+    ({"first_block_norm": True, "norm_position": "pre"}, "first_block_norm=True", "set embedding_norm=True"),
     ({"num_kv_heads": 3}, "num_kv_heads=3", "must divide num_heads=4"),
     ({"num_kv_heads": -1}, "num_kv_heads=-1", "must divide num_heads=4"),
     ({"num_kv_heads": 2, "disentangled_buckets": 8, "disentangled_max_distance": 16, "positions": "none"},

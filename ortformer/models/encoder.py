@@ -27,8 +27,10 @@ class Block(nn.Module):
                                             position_projections=cfg.disentangled_projections == "separate",
                                             qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None,
                                             kv_heads=cfg.num_kv_heads or None, softcap=cfg.attention_softcap)
-        # with embedding_norm the first block's input is already normalised (ModernBERT)
-        self.norm1 = nn.Identity() if first and cfg.embedding_norm else make_norm(cfg)
+        # with embedding_norm the first block's input is already normalised (ModernBERT), unless the
+        # model normalises it twice (first_block_norm: RoBERTa-PreLayerNorm)
+        skip = first and cfg.embedding_norm and not cfg.first_block_norm
+        self.norm1 = nn.Identity() if skip else make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.norm2 = make_norm(cfg)
         self.post_attention_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
@@ -61,7 +63,8 @@ class Encoder(nn.Module):
     Embeddings, E = embedding_size or F:
       e = tokens + types + positions                       (B, N, E)
       (tokens after ESM's token dropout when token_dropout_id is set: see token_dropout)
-      e = norm(e) when post-norm; embed_norm(e) when embedding_norm (pre-norm)
+      e = norm(e) when post-norm; embed_norm(e) when embedding_norm (pre-norm; the first block's
+      norm1 is then skipped unless first_block_norm)
       x = project(e) when embedding_size is set (E -> F, ELECTRA), else e
     With conv_kernel_size, after the first block x = norm(x + act(conv(e))) (DeBERTa-v2 xlarge).
     """

@@ -1,10 +1,11 @@
-"""BERT's relatives: XLM-RoBERTa-XL and Megatron-BERT (pre-norm), ERNIE (a task-type table) and
-data2vec-text (RoBERTa under another name), against transformers."""
+"""BERT's relatives: XLM-RoBERTa-XL, Megatron-BERT and RoBERTa-PreLayerNorm (pre-norm), ERNIE (a
+task-type table) and data2vec-text (RoBERTa under another name), against transformers."""
 from __future__ import annotations
 
 import pytest
 import torch
-from hf_support import assert_matches_transformers, hf_reference, load_and_export, save_hf, transformers, with_config
+from hf_support import (assert_matches_transformers, assert_only_the_import_matches, hf_reference, load_and_export,
+                        save_hf, transformers, with_config)
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
@@ -22,6 +23,7 @@ def saved(kind: str, folder, seed: int = 0, task: str = "Model", **changes):
     ("XLMRobertaXL", 1, "xlm-roberta-xl", False),  # pre-norm graphs are exported by the encoder grid
     ("MegatronBert", 0, "megatron-bert", False),
     ("Data2VecText", 1, "roberta", False),
+    ("RobertaPreLayerNorm", 1, "roberta-prelayernorm", True),  # its embedding norm and layer 0's, both
 ])
 def test_eager_and_onnx_equal_transformers(kind, pad_id, family, onnx, tmp_path):
     folder = saved(kind, tmp_path / "m", seed=1)
@@ -48,7 +50,19 @@ def test_ernie_task_table_must_match_the_config(tmp_path):
         load_any(with_config(folder, tmp_path / "off", {"use_task_id": False}))
 
 
-@pytest.mark.parametrize("kind", ["XLMRobertaXL", "MegatronBert", "Ernie", "Data2VecText"])
+def test_prelayernorm_normalises_twice_ahead_of_layer_zero(tmp_path):
+    from ortformer.models.encoder import Encoder
+
+    # type_vocab_size 1 as the released models; wide weights, so that the first sublayer moves the output
+    folder = saved("RobertaPreLayerNorm", tmp_path / "m", seed=5, type_vocab_size=1, initializer_range=0.5)
+    loaded = load_any(folder)
+    assert (loaded.config.embedding_norm, loaded.config.first_block_norm, loaded.config.type_vocab_size) == (True, True, 0)
+    mutant = Encoder(loaded.config.replace(first_block_norm=False)).eval()  # ModernBERT's: layer 0's norm skipped
+    mutant.load_state_dict({k: v for k, v in loaded.model.state_dict().items() if not k.startswith("blocks.0.norm1.")})
+    assert_only_the_import_matches(loaded, mutant, hf_reference(transformers.RobertaPreLayerNormModel, folder))
+
+
+@pytest.mark.parametrize("kind", ["XLMRobertaXL", "MegatronBert", "Ernie", "Data2VecText", "RobertaPreLayerNorm"])
 def test_sequence_classifiers_keep_their_heads(kind, tmp_path):
     folder = saved(kind, tmp_path / "m", seed=4, task="ForSequenceClassification", num_labels=3)
     loaded = load_any(folder)

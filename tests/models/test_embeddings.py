@@ -30,6 +30,7 @@ VARIANTS = [
     dict(embedding_size=16, pooling="max"),
     dict(embedding_size=48, position_ids="kept", pooling="last", norm="rmsnorm"),
     dict(norm_position="pre", embedding_norm=True, pooling="max"),
+    dict(norm_position="pre", embedding_norm=True, first_block_norm=True, position_offset=2, position_ids="kept"),
     dict(norm_position="pre", embedding_norm=True, embedding_size=16, positions="sinusoidal", attention="linear"),
     dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
     dict(sentence_dense_size=8, sentence_dense_activation="tanh", pooling="mean", normalize_embeddings=True),

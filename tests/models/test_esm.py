@@ -74,6 +74,15 @@ def test_learned_positions_equal_transformers(tmp_path):
     assert_matches_transformers(loaded, hf_reference(transformers.EsmModel, folder), None, pad_id=PAD)
 
 
+def test_esm1b_normalises_its_embeddings_as_transformers(tmp_path):
+    # ESM-1b / ESM-1v: learned positions, token dropout, a LayerNorm on the embeddings before layer 0's own
+    folder = save_hf(transformers.EsmModel, tiny_config(position_embedding_type="absolute", emb_layer_norm_before=True),
+                     tmp_path / "m", seed=3)
+    loaded, path = load_and_export(folder, tmp_path / "m.onnx")
+    assert (loaded.config.embedding_norm, loaded.config.first_block_norm, loaded.config.token_dropout_id) == (True, True, MASK)
+    assert_matches_transformers(loaded, hf_reference(transformers.EsmModel, folder), path, pad_id=PAD)
+
+
 def test_tokenizer_equals_esm_tokenizer(saved):
     from ortformer.models.hf.vocab_tokenizers import esm_tokenizer
 
@@ -108,7 +117,7 @@ def test_stored_rotary_frequencies_are_checked_against_rope_theta(saved, tmp_pat
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"emb_layer_norm_before": True}, "emb_layer_norm_before=True is not supported"),
+    ({"emb_layer_norm_before": "yes"}, "emb_layer_norm_before='yes' is not supported"),
     ({"is_folding_model": True}, "is_folding_model=True is not supported"),
     ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key' is not supported"),
     ({"mask_token_id": None}, "token_dropout=true needs an int mask_token_id"),

@@ -27,6 +27,8 @@ MODELS = {
         vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=128)),
     "roberta": lambda: (transformers.RobertaForMaskedLM, transformers.RobertaConfig(
         vocab_size=VOCAB, max_position_embeddings=130, pad_token_id=1, **SMALL)),
+    "roberta-prelayernorm": lambda: (transformers.RobertaPreLayerNormForMaskedLM, transformers.RobertaPreLayerNormConfig(
+        vocab_size=VOCAB, max_position_embeddings=130, pad_token_id=1, type_vocab_size=1, **SMALL)),
     "modernbert": lambda: (transformers.ModernBertForMaskedLM, transformers.ModernBertConfig(
         vocab_size=VOCAB, max_position_embeddings=128, pad_token_id=0, bos_token_id=101, eos_token_id=102,
         cls_token_id=101, sep_token_id=102, global_attn_every_n_layers=2, local_attention=8, **SMALL)),
@@ -69,7 +71,7 @@ def their_weights(folder, texts):
 # each family, strategy and activation at least once (BERT with max is their combination; CI time)
 @pytest.mark.parametrize("family, strategy, activation", [
     ("bert", "sum", "log1p_relu"), ("distilbert", "max", "relu"), ("roberta", "max", "relu"),
-    ("modernbert", "sum", "relu")])
+    ("modernbert", "sum", "relu"), ("roberta-prelayernorm", "max", "relu")])
 def test_sparse_encoder_exports_and_equals_sentence_transformers(tmp_path, family, strategy, activation):
     folder = sparse_folder(tmp_path, family, strategy, activation)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)

@@ -56,6 +56,7 @@ SEQUENCE_HEADS = {
     "ultrabert": HeadLayout(None, "classifier", "none"),  # pooling: classifier_pooling (_cls_or_mean)
     "data2vec-text": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "xlm-roberta-xl": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
+    "roberta-prelayernorm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
     "megatron-bert": HeadLayout("bert.pooler.dense", "classifier", "tanh"),
     "ernie": HeadLayout("ernie.pooler.dense", "classifier", "tanh"),
     "esm": HeadLayout("classifier.dense", "classifier.out_proj", "tanh"),
@@ -76,6 +77,7 @@ MLM_HEADS = {
     "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
     "xlm-roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
     "camembert": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
+    "roberta-prelayernorm": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
     "modernbert": ("head.dense", "head.norm", "decoder", None),
 }
 

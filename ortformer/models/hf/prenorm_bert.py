@@ -1,5 +1,6 @@
 """Import the pre-norm BERTs: XLM-RoBERTa-XL / -XXL (``xlm-roberta-xl``), Megatron-BERT
-(``megatron-bert``) and ESM-2 protein language models (``esm``).
+(``megatron-bert``), RoBERTa-PreLayerNorm (``roberta-prelayernorm``) and ESM protein language
+models (``esm``).
 
 Both keep BERT's weights and names but move the LayerNorms in front of each sublayer:
 
@@ -9,13 +10,16 @@ Both keep BERT's weights and names but move the LayerNorms in front of each subl
 with no LayerNorm on the embeddings: ortformer's pre-norm encoder (its ``norm`` is the final
 LayerNorm). XLM-R-XL counts positions as RoBERTa does (position_offset = pad_token_id + 1 over
 kept tokens, one token type folded into the position table); Megatron-BERT as BERT does.
+RoBERTa-PreLayerNorm is XLM-R-XL's layout with a LayerNorm on the embeddings as well, ahead of
+layer 0's own (embedding_norm with first_block_norm), its pre-norms named attention.LayerNorm and
+intermediate.LayerNorm, the final one LayerNorm at the top.
 
 ESM has no token types and GELU (erf) whatever hidden_act says; ESM-2 rotates q and k
 (rotate-half at the sequence index; ESM scales q by 1/sqrt(D) before the rotation, which is the
 same product), older ESM folders keep a learned table counted as RoBERTa's. ``token_dropout``
 (ESM-2) becomes ``token_dropout_id = mask_token_id`` (encoder.token_dropout). ESM-1b / ESM-1v
-(``emb_layer_norm_before``: a LayerNorm on the embeddings ahead of layer 0's own) and ESMFold are
-refused by name.
+(``emb_layer_norm_before``) normalise the embeddings ahead of layer 0's own LayerNorm, as
+RoBERTa-PreLayerNorm does; ESMFold is refused by name.
 """
 from __future__ import annotations
 
@@ -46,12 +50,20 @@ class Names:
     norm1: str  # under encoder.layer.{i}.
     norm2: str
     final: str
+    roberta_types: bool = False  # config type_vocab_size 0: the file's single type row is folded into the positions
+    embed_norm: str | None = None  # the embeddings' LayerNorm, read when the config sets embedding_norm
 
 
 ESM_DROPPED = ("pooler.", "contact_head.", "lm_head.", "classifier.", "qa_outputs.")
-XL = Names("XLM-RoBERTa-XL", "roberta.", ROBERTA_DROPPED, "attention.self_attn_layer_norm", "LayerNorm", "encoder.LayerNorm")
+XL = Names("XLM-RoBERTa-XL", "roberta.", ROBERTA_DROPPED, "attention.self_attn_layer_norm", "LayerNorm", "encoder.LayerNorm",
+           roberta_types=True)
 MEGATRON = Names("Megatron-BERT", "bert.", BERT_DROPPED, "attention.ln", "ln", "encoder.ln")
-ESM = Names("ESM", "esm.", ESM_DROPPED, "attention.LayerNorm", "LayerNorm", "encoder.emb_layer_norm_after")
+ESM = Names("ESM", "esm.", ESM_DROPPED, "attention.LayerNorm", "LayerNorm", "encoder.emb_layer_norm_after",
+            embed_norm="embeddings.layer_norm")
+PRE_LAYER_NORM = Names("RoBERTa-PreLayerNorm", "roberta_prelayernorm.", ROBERTA_DROPPED, "attention.LayerNorm",
+                       "intermediate.LayerNorm", "LayerNorm", roberta_types=True, embed_norm="embeddings.LayerNorm")
+# both LayerNorms ahead of layer 0: the embeddings' own, then the layer's
+TWICE_NORMED = {"norm_position": "pre", "embedding_norm": True, "first_block_norm": True}
 
 
 def megatron_config(hf: dict, common: dict) -> EncoderConfig:
@@ -63,16 +75,23 @@ def xl_config(hf: dict, common: dict) -> EncoderConfig:
     return make_config("XLM-RoBERTa-XL", **{**roberta_fields(hf, "XLM-RoBERTa-XL "), "norm_position": "pre"}, **common)
 
 
+def prelayernorm_config(hf: dict, common: dict) -> EncoderConfig:
+    fields = roberta_fields(hf, "RoBERTa-PreLayerNorm ")
+    return make_config("RoBERTa-PreLayerNorm", **{**fields, **TWICE_NORMED}, **common)
+
+
 def esm_config(hf: dict, common: dict) -> EncoderConfig:
     what = "ESM "
     refuse(hf, "is_folding_model", (False, None), False, what)
-    refuse(hf, "emb_layer_norm_before", (False, None), None, what)
+    refuse(hf, "emb_layer_norm_before", (False, True, None), None, what)
     refuse(hf, "position_embedding_type", ("rotary", "absolute"), "absolute", what)
     for flag in ("is_decoder", "add_cross_attention"):
         refuse(hf, flag, (False,), False, what)
     require(hf, "ESM", ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
                         "max_position_embeddings"))
     fields = {**bert_fields({**hf, "hidden_act": "gelu"}), "norm_position": "pre", "type_vocab_size": 0}
+    if hf.get("emb_layer_norm_before"):  # ESM-1b / ESM-1v
+        fields.update(TWICE_NORMED)
     if hf.get("position_embedding_type", "absolute") == "rotary":
         fields.update(positions="rotary", rotary_theta=default_rope_theta({}, hf.get("rope_theta", 10000.0), what))
     else:  # ESM's own create_position_ids: RoBERTa's count of kept tokens after padding_idx
@@ -119,6 +138,8 @@ def shapes(cfg: EncoderConfig, names: Names, hf_types: int) -> dict[str, tuple[i
     f, ffn = cfg.hidden_size, cfg.ffn_size
     out = {"embeddings.word_embeddings.weight": (cfg.vocab_size, f), names.final + ".weight": (f,),
            names.final + ".bias": (f,)}
+    if cfg.embedding_norm:
+        out.update({f"{names.embed_norm}.weight": (f,), f"{names.embed_norm}.bias": (f,)})
     if cfg.positions == "learned":
         out["embeddings.position_embeddings.weight"] = (cfg.max_positions, f)
     if hf_types:
@@ -131,8 +152,7 @@ def shapes(cfg: EncoderConfig, names: Names, hf_types: int) -> dict[str, tuple[i
 
 
 def map_weights(names: Names, raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tuple[Tensors, list[str]]:
-    # XLM-R-XL's config type_vocab_size 0 means the file's single type row is folded into the positions
-    hf_types = (cfg.type_vocab_size or 1) if names is XL else cfg.type_vocab_size
+    hf_types = (cfg.type_vocab_size or 1) if names.roberta_types else cfg.type_vocab_size
     rotary = [name for name in raw if name.endswith("rotary_embeddings.inv_freq")]  # ESM's angle buffers
     if cfg.positions == "rotary":
         check_rotary_tables({name: raw[name] for name in rotary}, cfg, what)
@@ -147,6 +167,8 @@ def map_weights(names: Names, raw: Tensors, cfg: EncoderConfig, what: str, dupli
         out["positions.table.weight"] = positions
     if cfg.type_vocab_size:
         out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
+    if cfg.embedding_norm:
+        out.update({f"embed_norm.{kind}": kept[f"{names.embed_norm}.{kind}"] for kind in ("weight", "bias")})
     layer_names = (("attention.output.dense", "attention.out"), (names.norm1, "norm1"), ("intermediate.dense", "ffn.up"),
                    ("output.dense", "ffn.down"), (names.norm2, "norm2"))
     out.update(post_norm_layers(kept, cfg.num_layers, ("attention.self.query", "attention.self.key",
@@ -155,9 +177,11 @@ def map_weights(names: Names, raw: Tensors, cfg: EncoderConfig, what: str, dupli
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import an XLM-RoBERTa-XL, Megatron-BERT or ESM folder as an ortformer Encoder."""
+    """Import an XLM-RoBERTa-XL, Megatron-BERT, ESM or RoBERTa-PreLayerNorm folder as an ortformer Encoder."""
     model_type = read_json(transformer_dir(Path(folder)) / "config.json").get("model_type")
-    names, build = {"xlm-roberta-xl": (XL, xl_config), "esm": (ESM, esm_config)}.get(model_type, (MEGATRON, megatron_config))
+    names, build = {"xlm-roberta-xl": (XL, xl_config), "esm": (ESM, esm_config),
+                    "roberta-prelayernorm": (PRE_LAYER_NORM, prelayernorm_config)}.get(model_type,
+                                                                                      (MEGATRON, megatron_config))
 
     def weights(raw, cfg, what, duplicates):
         return map_weights(names, raw, cfg, what, duplicates)
