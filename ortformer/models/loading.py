@@ -21,7 +21,7 @@ FAMILIES = {
     "eurobert": "llama", "qwen3": "llama", "qwen2": "llama", "data2vec-text": "roberta", "ernie": "ernie",
     "xlm-roberta-xl": "prenorm_bert", "megatron-bert": "prenorm_bert", "esm": "prenorm_bert", "roformer": "roformer",
     "roberta-prelayernorm": "prenorm_bert",
-    "gemma3_text": "gemma", "gemma2": "gemma", "ultrabert": "llama", "mistral": "llama", "llama": "llama",
+    "gemma3_text": "gemma", "gemma2": "gemma", "gemma": "gemma", "ultrabert": "llama", "mistral": "llama", "llama": "llama",
 }
 
 

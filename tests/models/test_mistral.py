@@ -70,6 +70,7 @@ def test_last_token_embeddings_with_an_instruction_equal_sentence_transformers(t
     ("Gemma3TextForSequenceClassification", "Gemma3TextConfig",
      {"head_dim": 8, "query_pre_attn_scalar": 8, "rope_parameters": None, "layer_types": ["full_attention"] * 2}),
     ("Gemma2ForTokenClassification", "Gemma2Config", {"head_dim": 8, "query_pre_attn_scalar": 8}),
+    ("GemmaForSequenceClassification", "GemmaConfig", {"head_dim": 8}),
 ])
 def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
     """transformers' GenericFor*Classification: one score Linear on the last token whose id is not the pad

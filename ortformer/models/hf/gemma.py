@@ -32,6 +32,11 @@ folded into the query Linear's rows (sqrt(D / s)). Its sliding layers (every oth
 default) have the causal window i - w < j <= i, which never acts on a sequence of at most
 sliding_window tokens, so that is the longest the model takes (exact, as Mistral's). The final
 logit soft-capping belongs to the LM head, which is dropped.
+
+Gemma (``gemma``: Gemma 1 classifiers and embedders) is Llama's layer with Gemma's (1 + w) RMSNorms,
+the token table times sqrt(F), GeGLU (``hidden_act`` "gelu" is read as the tanh approximation, as
+transformers reads it) and its own head size: no sandwich norms, q / k norms, cap or query scalar.
+It runs causally, as transformers runs it whatever use_bidirectional_attention says.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fi
 
 WHAT = "Gemma 3 "
 WHAT_2 = "Gemma 2 "
+WHAT_1 = "Gemma "
 BIAS_KEYS = ("attention_bias",)  # Gemma 2 / 3 read this flag only: their MLP never has biases
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 DROPPED_PREFIXES = ("lm_head.", "score.")
@@ -65,6 +71,9 @@ SOFTCAP_2 = 50.0  # Gemma2Config's attn_logit_softcapping
 DEFAULT_THETA = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
 NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention_norm",
          "pre_feedforward_layernorm": "norm2", "post_feedforward_layernorm": "post_ffn_norm"}
+NORMS_1 = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"}  # Gemma 1: Llama's two
+# GemmaConfig's defaults, where Gemma 1 reads other keys or values than Gemma 2 / 3
+DEFAULTS_1 = {"head_dim": 256, "rms_norm_eps": 1e-6, "max_position_embeddings": 8192, "num_key_value_heads": 16}
 
 
 def setting(hf: dict, key: str):
@@ -159,12 +168,36 @@ def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
                        rotary_theta=theta, max_positions=longest, **common)
 
 
+def gemma1_config(hf: dict, common: dict) -> EncoderConfig:
+    require(hf, WHAT_1.strip(), REQUIRED)
+    if hf.get("use_bidirectional_attention"):  # transformers' GemmaModel masks causally whatever this says
+        raise CheckpointError(f"{WHAT_1}config.json use_bidirectional_attention={hf['use_bidirectional_attention']!r} "
+                              "is not supported; ortformer imports Gemma as transformers runs it, causally")
+    refuse(hf, "rope_scaling", (None,), None, WHAT_1)
+    activation = hf.get("hidden_act", "gelu_pytorch_tanh")
+    activation = "gelu_pytorch_tanh" if activation == "gelu" else activation  # GemmaConfig's legacy reading
+    if activation not in ACTIVATIONS:
+        raise CheckpointError(f"{WHAT_1}config.json hidden_act={activation!r} is not supported; ortformer "
+                              f"implements {', '.join(map(repr, ACTIVATIONS))}")
+    heads, head_dim = hf["num_attention_heads"], hf.get("head_dim") or DEFAULTS_1["head_dim"]
+    return make_config(
+        WHAT_1.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
+        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
+        num_kv_heads=kv_heads(hf, WHAT_1, DEFAULTS_1["num_key_value_heads"]), num_layers=hf["num_hidden_layers"],
+        ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT_1, keys=BIAS_KEYS)),
+        attention="softmax", norm="rmsnorm", norm_position="pre", activation=ACTIVATIONS[activation],
+        positions="rotary", rotary_theta=rope_theta(hf, 10000.0, WHAT_1), type_vocab_size=0, causal=True,
+        norm_eps=hf.get("rms_norm_eps") or DEFAULTS_1["rms_norm_eps"],
+        max_positions=hf.get("max_position_embeddings") or DEFAULTS_1["max_position_embeddings"], **common)
+
+
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased: frozenset[str],
                 query_scalar: float) -> tuple[Tensors, list[str]]:
     """Check a Gemma 2 / 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale
     (into the query norm's weight, or without q / k norms (Gemma 2) into the query Linear's rows)."""
+    norms = NORMS if cfg.sandwich_norm else NORMS_1
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
-    check_tensors(kept, names(cfg, biased, tuple(NORMS)), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
+    check_tensors(kept, names(cfg, biased, tuple(norms)), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
 
     def unit_offset(name: str) -> torch.Tensor:  # Gemma's norms multiply by 1 + w, in float32
         return 1.0 + kept[name].float()
@@ -176,9 +209,9 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
     query = math.sqrt(cfg.head_size / query_scalar)
     for i in range(cfg.num_layers):
         p, q = f"layers.{i}.", f"blocks.{i}."
-        for theirs, ours in NORMS.items():
+        for theirs, ours in norms.items():
             out[f"{q}{ours}.weight"] = unit_offset(f"{p}{theirs}.weight")
-        if not cfg.qk_norm:  # Gemma 2: the query scale is in the q rows (map_linears)
+        if not cfg.qk_norm:  # Gemma 1 / 2: the query scale, if any, is in the q rows (map_linears)
             continue
         q_norm = unit_offset(p + "self_attn.q_norm.weight")
         out[q + "attention.q_norm.weight"] = q_norm if query == 1.0 else q_norm * query
@@ -187,14 +220,16 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
-    """Import a Gemma 3 text or Gemma 2 folder as an ortformer Encoder."""
+    """Import a Gemma 3 text, Gemma 2 or Gemma folder as an ortformer Encoder."""
     hf = read_json(transformer_dir(Path(folder)) / "config.json")
-    gemma2 = hf.get("model_type") == "gemma2"
+    model_type = hf.get("model_type")
+    what, build = {"gemma2": (WHAT_2, gemma2_config), "gemma": (WHAT_1, gemma1_config)}.get(model_type,
+                                                                                          (WHAT, gemma_config))
 
     def weights(raw, cfg, where, duplicates):
-        scalar = setting(hf, "query_pre_attn_scalar")
-        return map_weights(raw, cfg, where, duplicates, biases(hf, WHAT_2 if gemma2 else WHAT, keys=BIAS_KEYS), scalar)
+        # Gemma 1 scales scores by 1 / sqrt(head size), as ortformer does: a scalar of D folds to 1
+        scalar = cfg.head_size if model_type == "gemma" else setting(hf, "query_pre_attn_scalar")
+        return map_weights(raw, cfg, where, duplicates, biases(hf, what, keys=BIAS_KEYS), scalar)
 
-    return import_folder(folder, family=hf["model_type"] if gemma2 else "gemma3_text",
-                         build=gemma2_config if gemma2 else gemma_config, map_weights=weights,
-                         pooling=pooling, normalize=normalize, name=name)
+    return import_folder(folder, family=model_type if model_type in ("gemma2", "gemma") else "gemma3_text",
+                         build=build, map_weights=weights, pooling=pooling, normalize=normalize, name=name)

@@ -6,7 +6,7 @@ is BERT's pooler + classifier, RoBERTa's / ELECTRA's / MPNet's classification he
 pre_classifier + classifier and DeBERTa's context pooler + classifier; ModernBERT's reads the
 first token or the mean and adds a norm: W_o norm(act(W_h v)) + b_o. A per-token head is one
 Linear on every token, logits (B, N, L) (ModernBERT: its prediction head first). Decoders used as
-encoders (Qwen3, Qwen2, Mistral, Llama, Gemma 2 / 3) score the last kept token that is not a pad id (the
+encoders (Qwen3, Qwen2, Mistral, Llama, Gemma 1 / 2 / 3) score the last kept token that is not a pad id (the
 first kept token when all are) with one Linear, "score". The tensors keep the names the task model saves them
 under; the family's own loader drops them as before, and import_folder takes them from here.
 
@@ -65,7 +65,7 @@ SEQUENCE_HEADS = {
 # decoders used as encoders (transformers' GenericFor*Classification): one "score" Linear, without bias
 # per sequence, on the last kept token whose id is not pad_token_id (_score_head); per token with a bias
 # unless token_classification_bias is false
-SCORE_HEADS = ("qwen3", "qwen2", "mistral", "llama", "gemma3_text", "gemma2")
+SCORE_HEADS = ("qwen3", "qwen2", "mistral", "llama", "gemma3_text", "gemma2", "gemma")
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert", *SCORE_HEADS)  # both tasks, in every one of them
 
 
