@@ -29,9 +29,9 @@ MODELS = {
         vocab_size=VOCAB, max_position_embeddings=130, pad_token_id=1, **SMALL)),
     "roberta-prelayernorm": lambda: (transformers.RobertaPreLayerNormForMaskedLM, transformers.RobertaPreLayerNormConfig(
         vocab_size=VOCAB, max_position_embeddings=130, pad_token_id=1, type_vocab_size=1, **SMALL)),
-    "modernbert": lambda: (transformers.ModernBertForMaskedLM, transformers.ModernBertConfig(
+    "modernbert": lambda **changes: (transformers.ModernBertForMaskedLM, transformers.ModernBertConfig(
         vocab_size=VOCAB, max_position_embeddings=128, pad_token_id=0, bos_token_id=101, eos_token_id=102,
-        cls_token_id=101, sep_token_id=102, global_attn_every_n_layers=2, local_attention=8, **SMALL)),
+        cls_token_id=101, sep_token_id=102, global_attn_every_n_layers=2, local_attention=8, **SMALL, **changes)),
 }
 
 
@@ -42,9 +42,9 @@ def tokenizer_source():
     return Path(gt.__file__).parent / "model"
 
 
-def sparse_folder(tmp_path, family, strategy="max", activation="relu", legacy=False):
+def sparse_folder(tmp_path, family, strategy="max", activation="relu", legacy=False, **changes):
     """A SparseEncoder saved by sentence-transformers around a random masked-LM model."""
-    cls, config = MODELS[family]()
+    cls, config = MODELS[family](**changes)
     mlm = save_hf(cls, config, tmp_path / f"{family}-mlm")
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         shutil.copy(tokenizer_source() / name, mlm / name)
@@ -94,6 +94,20 @@ def test_legacy_mlm_transformer_layout_is_read(tmp_path):
 
     ids = torch.tensor([[101, 7592, 2088, 102, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 0]])
+    with torch.no_grad():
+        ours = loaded.model(ids, mask)["sentence_embedding"].numpy()
+    np.testing.assert_allclose(ours, their_weights(folder, ["hello world"]), atol=2e-4, rtol=1e-4)
+
+
+def test_modernbert_decoder_without_bias(tmp_path):
+    """decoder_bias false: transformers builds the decoder without a bias, so none is saved (eager; the
+    head's graph is the exported one above)."""
+    import torch
+
+    folder = sparse_folder(tmp_path, "modernbert", decoder_bias=False)
+    loaded = load_any(folder)
+    assert not loaded.model.classifier.bias.any()
+    ids, mask = torch.tensor([[101, 7592, 2088, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
     with torch.no_grad():
         ours = loaded.model(ids, mask)["sentence_embedding"].numpy()
     np.testing.assert_allclose(ours, their_weights(folder, ["hello world"]), atol=2e-4, rtol=1e-4)

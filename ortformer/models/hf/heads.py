@@ -149,7 +149,11 @@ def mlm_head(hf: dict, model_type: str, what: str) -> ClassifierHead:
     dense, norm, decoder, bias = MLM_HEADS[model_type]
     if model_type == "modernbert":
         layout = _modernbert_head(hf, what, per_token=True)
-        layout = HeadLayout(layout.dense, decoder, layout.activation, norm, dense_bias_optional=True)
+        decoder_bias = hf.get("decoder_bias", True)  # false: transformers builds the decoder without a bias
+        if not isinstance(decoder_bias, bool):
+            raise CheckpointError(f"{what} config.json decoder_bias={decoder_bias!r} must be true or false")
+        layout = HeadLayout(layout.dense, decoder, layout.activation, norm, dense_bias_optional=True,
+                            out_bias=decoder_bias)
     else:
         # BERT's transform uses hidden_act, DistilBERT's its activation, RoBERTa's lm_head always gelu
         key = {"bert": "hidden_act", "distilbert": "activation"}.get(model_type)
