@@ -65,6 +65,28 @@ def test_task_head_folders_import_their_encoder(tmp_path, head):
     assert_matches_transformers(loaded, hf_reference(transformers.T5EncoderModel, folder), None, pad_id=0)
 
 
+def test_token_classifier_keeps_its_head(tmp_path):
+    """T5ForTokenClassification is the encoder and one Linear per token: its logits, eager and exported."""
+    from ortformer.exporter import export
+
+    config = tiny_config(num_labels=3, id2label={0: "O", 1: "B-X", 2: "I-X"}, label2id={"O": 0, "B-X": 1, "I-X": 2})
+    folder = save_hf(transformers.T5ForTokenClassification, config, tmp_path / "m", seed=8, random_biases=True)
+    loaded = load_any(folder)
+    cfg = loaded.config
+    assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, True, "none")
+    assert loaded.labels == ("O", "B-X", "I-X") and not loaded.dropped
+    model = transformers.T5ForTokenClassification.from_pretrained(str(folder)).eval()
+    ids = torch.tensor([[5, 17, 9, 30, 2, 0], [5, 8, 2, 0, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(loaded.model(ids, mask)["logits"][mask.bool()], want[mask.bool()], atol=2e-5, rtol=0)
+    path = tmp_path / "m.onnx"
+    export(loaded.model, path, **loaded.export_options())
+    got = Runtime(path, "cpu").run(input_ids=ids.numpy(), attention_mask=mask.numpy())["logits"]
+    torch.testing.assert_close(torch.from_numpy(got)[mask.bool()], want[mask.bool()], atol=2e-5, rtol=0)
+
+
 def test_mt5_without_feed_forward_proj_is_gated_gelu_as_transformers_reads_it(tmp_path):
     import json
 

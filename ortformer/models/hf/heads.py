@@ -189,7 +189,9 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     per_token = architecture.endswith("ForTokenClassification")
     if not (per_token or architecture.endswith("ForSequenceClassification")):
         return None
-    if model_type not in HEAD_FAMILIES:
+    if model_type in ("t5", "mt5") and per_token:  # T5ForTokenClassification: the encoder, then one Linear
+        return ClassifierHead(True, HeadLayout(None, "classifier", "none"), _labels(hf, what))
+    if model_type not in HEAD_FAMILIES:  # (T5ForSequenceClassification reads the decoder: not an encoder's head)
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
     if model_type in SCORE_HEADS:
