@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import contract
 from ..checks import check_int
+from ..config import SENTENCE_POOLINGS
 from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerError, OutputError
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
@@ -164,7 +165,7 @@ def _model_stamp(path: Path) -> dict[str, Any]:
     model = read_model_file(path)  # ModelFileError when unreadable or not ortformer's
     if model.config.pooling == "none":
         raise ModelFileError(f"{path}: the model has no sentence_embedding output (pooling='none'); "
-                             "export it with pooling 'mean' or 'cls' to embed texts")
+                             f"export it with a pooling ({SENTENCE_POOLINGS}) to embed texts")
     tokenizer = tokenizer_path(model)
     if tokenizer is None:
         raise ModelFileError(f"{path}: the model's metadata names no tokenizer ('ortformer.tokenizer'); "

@@ -36,7 +36,7 @@ logit soft-capping belongs to the LM head, which is dropped.
 Gemma (``gemma``: Gemma 1 classifiers and embedders) is Llama's layer with Gemma's (1 + w) RMSNorms,
 the token table times sqrt(F), GeGLU (``hidden_act`` "gelu" is read as the tanh approximation, as
 transformers reads it) and its own head size: no sandwich norms, q / k norms, cap or query scalar.
-It runs causally, as transformers runs it whatever use_bidirectional_attention says.
+It runs causally; use_bidirectional_attention true is refused, as for Gemma 2 (refuse_bidirectional).
 """
 from __future__ import annotations
 
@@ -144,11 +144,20 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
                        max_positions=setting(hf, "max_position_embeddings"), **common)
 
 
+def refuse_bidirectional(hf: dict, what: str) -> None:
+    """Gemma 1 / 2 with use_bidirectional_attention true: transformers builds a causal mask whatever it
+    says, and only its SDPA path without padding (no mask passed) then runs bidirectionally, so the
+    flag names no one model; refused."""
+    if hf.get("use_bidirectional_attention"):
+        raise CheckpointError(f"{what}config.json use_bidirectional_attention={hf['use_bidirectional_attention']!r} "
+                              f"is not supported: transformers' {what.strip()} model masks causally with eager "
+                              "attention or padding and runs bidirectionally only under SDPA without padding; "
+                              "ortformer imports the causal model (set it to false)")
+
+
 def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
     fields = shared_fields(hf, WHAT_2)
-    if hf.get("use_bidirectional_attention"):  # transformers' Gemma2Model masks causally whatever this says
-        raise CheckpointError(f"{WHAT_2}config.json use_bidirectional_attention={hf['use_bidirectional_attention']!r} "
-                              "is not supported; ortformer imports Gemma 2 as transformers runs it, causally")
+    refuse_bidirectional(hf, WHAT_2)
     layers = hf["num_hidden_layers"]
     if hf.get("layer_types") is not None:
         kinds = check_layer_types(hf["layer_types"], layers, WHAT_2)
@@ -170,9 +179,7 @@ def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
 
 def gemma1_config(hf: dict, common: dict) -> EncoderConfig:
     require(hf, WHAT_1.strip(), REQUIRED)
-    if hf.get("use_bidirectional_attention"):  # transformers' GemmaModel masks causally whatever this says
-        raise CheckpointError(f"{WHAT_1}config.json use_bidirectional_attention={hf['use_bidirectional_attention']!r} "
-                              "is not supported; ortformer imports Gemma as transformers runs it, causally")
+    refuse_bidirectional(hf, WHAT_1)
     refuse(hf, "rope_scaling", (None,), None, WHAT_1)
     activation = hf.get("hidden_act", "gelu_pytorch_tanh")
     activation = "gelu_pytorch_tanh" if activation == "gelu" else activation  # GemmaConfig's legacy reading
@@ -193,7 +200,7 @@ def gemma1_config(hf: dict, common: dict) -> EncoderConfig:
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased: frozenset[str],
                 query_scalar: float) -> tuple[Tensors, list[str]]:
-    """Check a Gemma 2 / 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale
+    """Check a Gemma 1 / 2 / 3 state dict and map it, folding (1 + w), sqrt(F) and the query scale
     (into the query norm's weight, or without q / k norms (Gemma 2) into the query Linear's rows)."""
     norms = NORMS if cfg.sandwich_norm else NORMS_1
     kept, dropped = base_tensors(raw, DROPPED_PREFIXES)
