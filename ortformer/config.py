@@ -48,7 +48,7 @@ _CHOICES = {
     "pooling": POOLINGS + SPLADE_POOLINGS,
     "splade_activation": SPLADE_ACTIVATIONS,
     "sentence_dense_activation": DENSE_ACTIVATIONS,
-    "classifier_pooling": POOLINGS[1:5],
+    "classifier_pooling": ("mean", "cls", "last", "max"),
     "classifier_dense": CLASSIFIER_DENSE,
     "conv_activation": CLASSIFIER_DENSE[1:],
     "disentangled_projections": DISENTANGLED_PROJECTIONS,
@@ -151,7 +151,8 @@ class EncoderConfig:
     # normalise the relative table R (DeBERTa-v2's norm_rel_ebd); v1 reads it as stored
     disentangled_norm: bool = True
     # sliding-window attention: 0 = every layer global; else local layers attend to keys with
-    # |i - j| <= local_window // 2 (ModernBERT's local_attention). softmax only
+    # |i - j| <= local_window // 2 (ModernBERT's local_attention); with causal, i - local_window // 2 <= j <= i
+    # (a decoder's sliding window w is local_window 2 w - 1). softmax only
     local_window: int = 0
     # with local_window: layer l is global when l % global_every == global_offset, local otherwise
     global_every: int = 1
@@ -479,15 +480,14 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError("qk_norm with disentangled_buckets is not implemented: the disentangled scores read "
                           "the projected q and k before any norm")
     if cfg.causal:
-        # causal softmax rotates q and k before its masked scores; the linear family's causal
-        # kernels and their streaming form take absolute positions only
+        # causal softmax rotates q and k before its masked scores (and windows them, local_window);
+        # the linear family's causal kernels and their streaming form take absolute positions only
         for name, on in (("positions='rotary'", cfg.positions == "rotary" and cfg.attention != "softmax"),
-                         ("relative_attention_buckets", cfg.relative_attention_buckets),
-                         ("local_window", cfg.local_window)):
+                         ("relative_attention_buckets", cfg.relative_attention_buckets)):
             if on:
                 raise ConfigError(f"causal=True with {name} is not implemented: the causal kernels and their "
                                   "streaming form take absolute positions only (learned, sinusoidal or none; "
-                                  "softmax also rotary)")
+                                  "softmax also rotary and local windows)")
     if cfg.local_window and cfg.global_every == 1:
         raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
     if not 0 <= cfg.global_offset < cfg.global_every:

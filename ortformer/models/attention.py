@@ -200,19 +200,21 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
-def causal_softmax_attention(q, k, v, key_mask, eps, softcap=0.0):
-    """softmax(cap(Q K^T / sqrt(D)) + mask + causal) V: query i sees kept keys j <= i (cap:
-    scaled_scores' soft-capping when softcap > 0).
+def causal_softmax_attention(q, k, v, key_mask, eps, softcap=0.0, scores_bias=None):
+    """softmax(cap(Q K^T / sqrt(D)) + bias + mask + causal) V: query i sees kept keys j <= i (cap:
+    scaled_scores' soft-capping when softcap > 0; scores_bias (1|B, 1|H, N, N): a sliding window).
 
     An additive bias (B, 1, N, N); a query with no kept key at or before it averages
     what the bias leaves (finite), and a fully padded row is zero, as for softmax_attention.
     """
     n = q.shape[2]
     later = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # (N, N): key after query
-    if softcap:  # SDPA has no cap: softmax_attention's written-out scores, later keys as a bias
+    if softcap or scores_bias is not None:
+        # SDPA has no cap: softmax_attention's written-out scores, later keys blocked in the bias
         low = torch.finfo(torch.float32).min
-        later_bias = torch.zeros(n, n, dtype=torch.float32, device=q.device).masked_fill(later, low)
-        return softmax_attention(q, k, v, key_mask, eps, later_bias[None, None], softcap=softcap)
+        bias = (torch.zeros(1, 1, n, n, dtype=torch.float32, device=q.device) if scores_bias is None
+                else scores_bias.to(torch.float32))
+        return softmax_attention(q, k, v, key_mask, eps, bias.masked_fill(later, low), softcap=softcap)
     blocked = later[None, None] | ~key_mask[:, None, None, :]  # (B, 1, N, N)
     bias = torch.zeros(blocked.shape, dtype=q.dtype, device=q.device).masked_fill(blocked, torch.finfo(q.dtype).min)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, D)
@@ -323,10 +325,11 @@ class MultiHeadAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.causal:  # the config refuses causal with a relative bias or windows, and rotary but for softmax
+        if self.causal:  # the config refuses causal with a relative bias, and windows or rotary but for softmax
             if rotary is not None:
                 q, k = rotate(q, *rotary), rotate(k, *rotary)
-            heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
+            windowed = {} if scores_bias is None else {"scores_bias": scores_bias}  # a local layer's window
+            heads = self.kernel(q, k, v, key_mask, self.eps, **windowed)  # (B, H, N, D)
         elif scores_bias is not None:
             heads = softmax_attention(q, k, v, key_mask, self.eps, scores_bias, rotary, self.softcap)  # softmax only
         elif rotary is not None:

@@ -40,6 +40,9 @@ COVERING = [
          sandwich_norm=True),
     dict(attention="softmax", positions="none", local_window=5, global_every=2, relative_attention_buckets=8,
          relative_attention_max_distance=12),
+    # causal sliding windows in every layer (a decoder's: Mistral, Gemma 2), the grid's lengths past them
+    dict(attention="softmax", positions="rotary", causal=True, local_window=7, global_every=3, global_offset=2,
+         num_layers=2, ffn_gated=True, activation="silu", bias=False, norm="rmsnorm", norm_position="pre", num_kv_heads=2),
 ]
 
 

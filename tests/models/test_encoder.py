@@ -45,6 +45,12 @@ def variants():
                 "num_kv_heads": 2},
                {**combos[1], "num_kv_heads": 1},
                {**combos[0], "token_dropout_id": 7}]
+    # causal sliding windows (Mistral's, Gemma 2 / 3's: i - w < j <= i is local_window 2w - 1), every layer
+    # local (global_every past the last layer), and local between global ones with their own theta
+    combos += [{**combos[4], "positions": "rotary", "causal": True, "local_window": 5, "global_every": 4,
+                "global_offset": 3, "num_layers": 3},
+               {**combos[4], "positions": "rotary", "causal": True, "local_window": 3, "global_every": 2,
+                "rotary_theta_local": 100.0, "num_layers": 3}]
     # DeBERTa-v2's convolution after the first layer, softmax and linear
     combos += [{**combos[0], "conv_kernel_size": 3, "conv_activation": "gelu"},
                {**combos[1], "conv_kernel_size": 5, "conv_groups": 2}]
@@ -310,6 +316,23 @@ def test_local_layers_follow_global_every_and_see_only_their_window():
     torch.testing.assert_close(a[0, :6], b[0, :6], rtol=0, atol=1e-6)
     assert (a[0, 6:] - b[0, 6:]).abs().amax(dim=-1).min() > 1e-4  # tokens 6, 7, 8 do see it
     assert unwindowed[0, :6].abs().max() > 1e-4  # and a global layer would have
+
+
+def test_causal_local_layers_see_the_window_behind_them_only():
+    """causal with local_window W: token i sees i - W // 2 <= j <= i, a decoder's sliding window of w = W // 2 + 1."""
+    from ortformer.models.layers import window_bias
+
+    cfg = preset("tiny", causal=True, local_window=5, global_every=3, global_offset=2, num_layers=2, positions="none")
+    block, n = build_encoder(cfg, seed=3).blocks[0], 9
+    x = torch.randn(1, n, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(1, n, dtype=torch.bool)
+    for key in (2, 5):
+        y = x.clone()
+        y[0, key] += 1.0
+        with torch.no_grad():
+            moved = (block(y, mask, window_bias(n, 5, y)) - block(x, mask, window_bias(n, 5, x))).abs().amax(dim=-1)[0]
+        sees = [i for i in range(n) if moved[i] > 1e-4]
+        assert sees == list(range(key, key + 3)), (key, sees)  # i - 2 <= key <= i
 
 
 def test_alibi_bias_stays_float32_in_a_half_model():
