@@ -81,6 +81,15 @@ def test_causal_gemma_with_global_layers_only(tmp_path):
     assert_matches_transformers(loaded, hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
 
+def test_causal_gemma_with_sliding_layers(tmp_path):
+    """A causal Gemma 3 (a classifier's) slides with i - w < j <= i: local_window 2w - 1, thetas per kind."""
+    folder = save_hf(transformers.Gemma3TextModel, tiny_config(use_bidirectional_attention=False), tmp_path / "m", seed=5)
+    cfg = load_any(folder).config
+    assert (cfg.causal, cfg.local_window, cfg.global_every, cfg.global_offset) == (True, 11, 3, 2)
+    assert max(c.sequence for c in cases(cfg)) > 6
+    assert_matches_transformers(load_any(folder), hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
+
+
 def embeddinggemma_folder(root):
     """EmbeddingGemma's sentence-transformers layout, saved by sentence-transformers: Transformer,
     mean Pooling, Dense(F -> 4F), Dense(4F -> F), both linear without bias, Normalize, prompts."""
@@ -118,7 +127,6 @@ def test_embeddinggemma_layout_equals_sentence_transformers(tmp_path):
     ({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling=.* is not supported"),
     ({"layer_types": [FULL, SLIDING, FULL, FULL]}, "a global layer every k layers"),
     ({"layer_types": [SLIDING, FULL]}, "for each of the 4 layers"),
-    ({"use_bidirectional_attention": False}, "use_bidirectional_attention=False with sliding-window layers"),
     ({"hidden_activation": "quick_gelu"}, "hidden_activation='quick_gelu' is not supported"),
     ({"num_key_value_heads": 3}, "num_key_value_heads=3 is not supported"),
     ({"sliding_window": 1}, "sliding_window=1 is not supported"),

@@ -1,4 +1,4 @@
-"""Gemma 2 (causal, sandwich norms, attention logit soft-capping, sliding layers that cap the length)
+"""Gemma 2 (causal, sandwich norms, attention logit soft-capping, causal sliding windows)
 against transformers."""
 from __future__ import annotations
 
@@ -60,15 +60,16 @@ def test_without_the_cap_the_model_differs(full_layers):
     assert_only_the_import_matches(loaded, uncapped, hf_reference(transformers.Gemma2Model, full_layers))
 
 
-def test_sliding_layers_cap_the_length_where_their_window_never_acts(tmp_path):
-    """Gemma2Config's default pattern (even layers sliding, i - w < j <= i): sequences of at most w
-    tokens never meet the window, so w is the longest one taken, and up to it the model is exact."""
+def test_sliding_layers_have_the_causal_window(tmp_path):
+    """Gemma2Config's default pattern (even layers sliding, i - w < j <= i): a causal local_window of 2w - 1
+    in layers 0, 2, ..., over the whole length."""
     folder = save_gemma2(tmp_path / "m", transformers.Gemma2ForCausalLM, seed=2, sliding_window=7,
                          attn_logit_softcapping=None)
     loaded = load_any(folder)
-    assert (loaded.config.max_positions, loaded.config.attention_softcap) == (7, 0.0)
-    assert all(name.startswith("lm_head") for name in loaded.dropped)
-    assert max(c.sequence for c in cases(loaded.config)) == 7
+    cfg = loaded.config
+    assert (cfg.max_positions, cfg.attention_softcap, cfg.local_window, cfg.global_every, cfg.global_offset) == (
+        64, 0.0, 13, 2, 1)
+    assert max(c.sequence for c in cases(cfg)) > 7
     assert_matches_transformers(loaded, hf_reference(transformers.Gemma2Model, folder), None, pad_id=0)
 
 

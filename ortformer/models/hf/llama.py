@@ -19,8 +19,9 @@ radius: ``local_window = 2 sliding_window``), its full layers to every key; laye
 (l + 1) % 3 == 0 unless ``layer_types`` (or the older per-layer ``attention_windows``, 0 = full) says
 otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
 ``rope_theta`` list). Mistral's causal window (token i sees i - sliding_window < j <= i), and Qwen2's
-/ Qwen3's where use_sliding_window puts layers in it, never acts on a sequence of at most
-sliding_window tokens, so that is the longest the model takes. Each family reads the bias flags its
+/ Qwen3's where use_sliding_window puts layers in it, is a causal ``local_window`` of 2 sliding_window - 1
+(windows.causal_pattern); a layer pattern no period gives (Qwen2's full layers below max_window_layers)
+caps the longest sequence at the window instead, where it never acts. Each family reads the bias flags its
 transformers model reads (Qwen2 and Mistral none, Qwen3 attention_bias only). A Mistral or
 Llama (or Qwen2) folder naming remote code (``auto_map``) is refused: such code often changes the
 attention (a bidirectional fine-tune such as gte-Qwen2) where config.json still says the model_type.
@@ -49,7 +50,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta, transformer_dir
-from .windows import FULL, SLIDING, check_layer_types, global_period, pattern_fields, rope_thetas
+from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 # task heads of the For... checkpoints (the base model sits under "model.")
@@ -71,10 +72,10 @@ class Family:
     base: str = "model."  # the prefix of the base model in task models (besides "model.")
     # a decoder whose remote code (auto_map) may change the attention (e.g. bidirectional): refused
     native_only: bool = False
-    # Mistral's causal sliding window (i - j < sliding_window): sequences are capped at it, where it never acts
-    window_caps_length: bool = False
+    # Mistral's causal sliding window (i - j < sliding_window) in every layer
+    sliding_everywhere: bool = False
     # Qwen2 / Qwen3: use_sliding_window puts layers l >= max_window_layers (or layer_types' sliding ones) in
-    # that causal window; then sequences are capped at it as Mistral's are
+    # that causal window
     window_switch: bool = False
     always_biased: tuple[str, ...] = ()  # Linears saved with a bias whatever config.json says (Qwen2's q, k, v)
     bias_keys: tuple[str, ...] = ("attention_bias", "mlp_bias")  # the config.json flags its model reads
@@ -87,7 +88,7 @@ FAMILIES = {"eurobert": Family("EuroBERT ", False, False, 10000.0, 1e-5, 8192),
             "qwen2": Family("Qwen2 ", True, False, 10000.0, 1e-6, 32768, native_only=True, window_switch=True,
                             always_biased=ATTENTION_LINEARS[:3], bias_keys=(), kv_default=32),
             "ultrabert": Family("UltraBERT ", False, False, 2_560_000.0, 1e-6, 32768, windows=True, base="ultrabert."),
-            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, window_caps_length=True,
+            "mistral": Family("Mistral ", True, False, 10000.0, 1e-6, 131072, native_only=True, sliding_everywhere=True,
                               bias_keys=(), kv_default=8),
             "llama": Family("Llama ", True, False, 10000.0, 1e-6, 2048, native_only=True)}
 # UltraBERT's defaults: layer l full when (l + 1) % 3 == 0, a radius of 128, thetas per layer kind
@@ -121,18 +122,18 @@ def biases(hf: dict, what: str, always: tuple[str, ...] = (), keys: tuple[str, .
     return frozenset(always).union(*(BIAS_FLAGS[key] for key, flag in flags.items() if flag))
 
 
-def capping_window(hf: dict, family: Family, what: str) -> int | None:
-    """The causal sliding window w (token i sees i - w < j <= i) some layer has, or None: Mistral's on
-    every layer (unless sliding_window is null); Qwen2 / Qwen3's with use_sliding_window on layers
-    l >= max_window_layers, or layer_types' sliding ones. A sequence of at most w tokens never meets
-    it, so the model's longest sequence is capped at w, which is exact."""
-    if family.window_caps_length:
-        window = hf.get("sliding_window", 4096)  # transformers' default
+def sliding_layers(hf: dict, family: Family, what: str) -> tuple[list[str], int | None]:
+    """(each layer's kind, the causal sliding window w) (token i sees i - w < j <= i in a sliding layer):
+    Mistral's on every layer (none when sliding_window is null); Qwen2 / Qwen3's with use_sliding_window
+    on layers l >= max_window_layers, or layer_types' sliding ones."""
+    layers = hf["num_hidden_layers"]
+    if family.sliding_everywhere:
+        kinds, window = [SLIDING] * layers, hf.get("sliding_window", 4096)  # transformers' default
     elif family.window_switch:
         use = hf.get("use_sliding_window", False)
         if not isinstance(use, bool):
             raise CheckpointError(f"{what}config.json use_sliding_window={use!r} must be true or false")
-        layers, first = hf["num_hidden_layers"], hf.get("max_window_layers", 28)
+        first = hf.get("max_window_layers", 28)
         if hf.get("layer_types") is not None:
             kinds = check_layer_types(hf["layer_types"], layers, what)
             if SLIDING in kinds and not use:  # transformers gives such a layer no window: a config at odds with itself
@@ -149,11 +150,11 @@ def capping_window(hf: dict, family: Family, what: str) -> int | None:
             raise CheckpointError(f"{what}config.json has sliding layers but sliding_window=null; give the window "
                                   "(an int >= 1) or set use_sliding_window to false")
     else:
-        return None
+        return [FULL] * layers, None
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise CheckpointError(f"{what}config.json sliding_window={window!r} is not supported; it must be null "
                               "or an int >= 1")
-    return window
+    return kinds, window
 
 
 def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
@@ -204,9 +205,6 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
                               "bidirectionally); ortformer imports the transformers architecture only. If that code "
                               f"computes what transformers' {what.strip()} model does, remove auto_map from config.json")
     max_positions = hf.get("max_position_embeddings", family.max_positions)
-    window = capping_window(hf, family, what)
-    if window is not None:
-        max_positions = min(max_positions, window)
     if family.windows:
         positions = ultrabert_pattern(hf, hf["num_hidden_layers"], what)
     else:
@@ -214,7 +212,9 @@ def llama_config(hf: dict, common: dict) -> EncoderConfig:
         if not family.window_switch and (not isinstance(layer_types, list) or set(layer_types) - {FULL}):
             raise CheckpointError(f"{what}config.json layer_types={brief(layer_types, 120)} is not supported; ortformer "
                                   "implements full attention in every layer")
-        positions = {"rotary_theta": rope_theta(hf, family.theta, what)}
+        theta = rope_theta(hf, family.theta, what)
+        kinds, window = sliding_layers(hf, family, what)
+        positions, max_positions = causal_pattern(kinds, window, max_positions, {FULL: theta, SLIDING: theta}, what)
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     return make_config(

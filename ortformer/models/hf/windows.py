@@ -1,5 +1,5 @@
-"""Layer patterns of sliding-window models (ModernBERT, Gemma 3, UltraBERT): which layers attend globally,
-and the rotary theta of each layer kind.
+"""Layer patterns of sliding-window models (ModernBERT, Gemma 2 / 3, UltraBERT, Mistral, Qwen2 / 3): which
+layers attend globally, and the rotary theta of each layer kind.
 
 ortformer expresses a pattern as "layer l is global when l % global_every == global_offset,
 sliding otherwise"; config.json lists it as ``layer_types`` (or a period the family defines).
@@ -47,6 +47,26 @@ def pattern_fields(window: int, every: int, offset: int, thetas: dict[str, float
     global, which global_period gives as every = 1, offset = 0) and the theta of each layer kind."""
     return {"rotary_theta": thetas[FULL], "rotary_theta_local": thetas[SLIDING] if window else 0.0,
             "local_window": window, "global_every": every, "global_offset": offset}
+
+
+def causal_pattern(kinds: list[str], window: int | None, longest: int, thetas: dict[str, float],
+                   what: str) -> tuple[dict, int]:
+    """(EncoderConfig fields, the longest sequence) of a decoder whose ``kinds`` layers slide with the causal
+    window w = ``window`` (token i sees i - w < j <= i: local_window 2w - 1 under causal attention).
+
+    A window that cannot act within ``longest`` tokens, or no sliding layer, gives full layers. A
+    pattern no period gives (e.g. Qwen2's full layers below max_window_layers, sliding ones above) keeps
+    every layer full and caps the longest sequence at w, where the window never acts: exact, when both
+    kinds rotate alike (CheckpointError otherwise)."""
+    if window is None or SLIDING not in kinds or window >= longest:
+        return pattern_fields(0, 1, 0, thetas), longest
+    try:
+        every, offset = global_period(kinds, what)
+    except CheckpointError:
+        if thetas[FULL] != thetas[SLIDING]:
+            raise
+        return pattern_fields(0, 1, 0, thetas), window
+    return pattern_fields(2 * window - 1, every, offset, thetas), longest
 
 
 def rope_thetas(hf: dict, defaults: dict[str, tuple[str | None, float]], what: str) -> dict[str, float]:
