@@ -20,7 +20,7 @@ FAMILIES = {
     "nomic_bert": "rotary_bert", "gte": "rotary_bert", "new": "rotary_bert", "jina_embeddings_v3": "rotary_bert",
     "eurobert": "llama", "qwen3": "llama", "qwen2": "llama", "data2vec-text": "roberta", "ernie": "ernie",
     "xlm-roberta-xl": "prenorm_bert", "megatron-bert": "prenorm_bert", "esm": "prenorm_bert", "roformer": "roformer",
-    "roberta-prelayernorm": "prenorm_bert",
+    "roberta-prelayernorm": "prenorm_bert", "longformer": "longformer",
     "gemma3_text": "gemma", "gemma2": "gemma", "gemma": "gemma", "ultrabert": "llama", "mistral": "llama", "llama": "llama",
 }
 

@@ -189,8 +189,12 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     per_token = architecture.endswith("ForTokenClassification")
     if not (per_token or architecture.endswith("ForSequenceClassification")):
         return None
-    if model_type in ("t5", "mt5") and per_token:  # T5ForTokenClassification: the encoder, then one Linear
+    if model_type in ("t5", "mt5", "longformer") and per_token:  # the encoder, then one Linear per token
         return ClassifierHead(True, HeadLayout(None, "classifier", "none"), _labels(hf, what))
+    if model_type == "longformer":  # its classification head reads a token it gives global attention
+        raise CheckpointError(f"{what}: {architecture} gives its first token global attention, which ortformer does "
+                              "not implement (Longformer imports with sliding windows only: LongformerModel, a "
+                              "sentence-transformers folder, or LongformerForTokenClassification)")
     if model_type not in HEAD_FAMILIES:  # (T5ForSequenceClassification reads the decoder: not an encoder's head)
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)

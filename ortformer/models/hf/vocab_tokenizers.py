@@ -142,6 +142,7 @@ BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpi
             "xlm-roberta-xl": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
             "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "roberta-prelayernorm": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
+            "longformer": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
             "deberta-v2": (deberta_tokenizer, ("spm.model",)),
             "deberta": (lambda folder: byte_bpe_tokenizer(folder, DEBERTA_SPECIALS), ("vocab.json", "merges.txt")),
             "xlm-roberta": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),

@@ -1,0 +1,56 @@
+"""Import Longformer folders (``longformer``): RoBERTa's layers with sliding-window attention.
+
+transformers' LongformerModel without a global_attention_mask (what sentence-transformers and
+LongformerModel callers that pass none run): every layer attends to |i - j| <= attention_window / 2,
+which is ortformer's ``local_window = attention_window`` with no global layer (global_every past
+the last layer). The embeddings and positions are RoBERTa's (roberta.py). The global projections
+(query_global, key_global, value_global) act only on tokens given global attention, so they are
+set aside. LongformerForSequenceClassification gives its first token global attention whatever
+the caller passes, which ortformer does not implement: such folders are refused (heads.py); a
+token classifier's head (one Linear per token, no global attention) is kept.
+"""
+from __future__ import annotations
+
+from ...config import EncoderConfig
+from ...errors import CheckpointError
+from ..loaded import Loaded
+from .bert import map_bert_layout
+from .folder import import_folder, make_config
+from .roberta import DROPPED_PREFIXES, roberta_fields
+
+WHAT = "Longformer "
+GLOBAL_PROJECTIONS = ("query_global", "key_global", "value_global")
+
+
+def window(hf: dict) -> int:
+    """attention_window as one local_window: an even int >= 2, the same for every layer."""
+    layers, value = hf["num_hidden_layers"], hf.get("attention_window", 512)
+    windows = value if isinstance(value, list) else [value] * layers
+    if len(windows) != layers or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 2 and w % 2 == 0
+                                         for w in windows):
+        raise CheckpointError(f"{WHAT}config.json attention_window={value!r} is not supported; it must be an even "
+                              f"int >= 2, or a list of {layers} of them")
+    if len(set(windows)) > 1:
+        raise CheckpointError(f"{WHAT}config.json attention_window={value!r} gives layers different windows; "
+                              "ortformer implements one window for every layer")
+    return windows[0]
+
+
+def longformer_config(hf: dict, common: dict) -> EncoderConfig:
+    layers = hf["num_hidden_layers"]
+    return make_config(WHAT.strip(), **roberta_fields(hf, WHAT), local_window=window(hf), global_every=layers + 1,
+                       global_offset=layers, **common)
+
+
+def map_weights(raw, cfg: EncoderConfig, what: str, duplicates):
+    global_names = [n for n in raw if n.split(".")[-2] in GLOBAL_PROJECTIONS]
+    mapped, dropped = map_bert_layout({n: t for n, t in raw.items() if n not in global_names}, cfg, what, duplicates,
+                                      prefix="longformer.", dropped_prefixes=DROPPED_PREFIXES,
+                                      hf_types=cfg.type_vocab_size or 1)
+    return mapped, sorted(dropped + global_names)
+
+
+def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a Longformer folder as an ortformer Encoder."""
+    return import_folder(folder, family="longformer", build=longformer_config, map_weights=map_weights,
+                         pooling=pooling, normalize=normalize, name=name)
