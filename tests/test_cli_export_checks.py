@@ -288,8 +288,42 @@ def test_sigterm_ends_an_export_as_ctrl_c_does_leaving_no_staging(tmp_path):
 
 
 def test_architecture_flags_with_from_are_a_usage_error(tmp_path):
-    line = fail("export", "--from", tmp_path, "--layers", 3, "-o", tmp_path / "m.onnx", code=2)
-    assert "--from takes the architecture from the checkpoint" in line
+    line = fail("export", "--from", tmp_path, "--layers", 3, "--norm-position", "pre", "-o", tmp_path / "m.onnx", code=2)
+    assert "--from takes the architecture from the checkpoint; drop --layers, --norm-position" in line
+
+
+def test_from_a_plain_folder_takes_a_pooling(tmp_path):
+    """A Hugging Face folder without sentence-transformers modules has no pooling of its own: --pooling and
+    --normalize give it one, the normalised mean of transformers' hidden states over kept tokens."""
+    transformers = pytest.importorskip("transformers")
+    import numpy as np
+    import torch
+
+    folder = tmp_path / "bert"
+    config = transformers.BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=24, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    model.save_pretrained(str(folder))
+    out = tmp_path / "m.onnx"
+    invoke("export", "--from", folder, "--pooling", "mean", "--normalize", "-o", out)
+    ids, mask = np.array([[2, 7, 9, 4, 0], [3, 5, 0, 0, 0]]), np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]])
+    got = Runtime(out, "cpu").run(input_ids=ids, attention_mask=mask)["sentence_embedding"]
+    with torch.no_grad():
+        hidden = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
+    mean = (hidden * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5)
+
+
+def test_an_ortformer_checkpoint_keeps_its_own_pooling(tmp_path):
+    from ortformer.config import preset
+    from ortformer.models import build_encoder, load_any
+    from ortformer.models.checkpoint import save_checkpoint
+
+    folder = save_checkpoint(build_encoder(preset("tiny")), tmp_path / "ckpt")
+    assert load_any(folder).config.pooling == "mean"
+    line = fail("export", "--from", folder, "--pooling", "cls", "-o", tmp_path / "m.onnx")
+    assert "is an ortformer checkpoint, whose config.json sets its pooling" in line
 
 
 def flipped_weight(src: Path, dest: Path) -> Path:

@@ -33,6 +33,11 @@ FLAG_FIELDS = {
 }
 
 
+# the flags --from takes: how a Hugging Face folder's hidden states are pooled (its sentence-transformers
+# modules' choice otherwise; none without them)
+FROM_FLAGS = ("pooling", "normalize")
+
+
 def _strict_object(pairs: list) -> dict:
     keys = [k for k, _ in pairs]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
@@ -215,8 +220,13 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
     """
     from ..errors import require_torch
 
-    if from_path and (preset_name or config_file or any(v is not None for v in flags.values())):
-        raise click.UsageError("--from takes the architecture from the checkpoint; drop --preset/--config/architecture flags")
+    if from_path:
+        given = [f"--{flag.replace('_', '-')}" for flag, value in flags.items()
+                 if value is not None and flag not in FROM_FLAGS]
+        given += [name for name, value in (("--preset", preset_name), ("--config", config_file)) if value]
+        if given:
+            raise click.UsageError(f"--from takes the architecture from the checkpoint; drop {', '.join(given)} "
+                                   "(--pooling and --normalize apply to a Hugging Face folder)")
     if print_config:
         if from_path:
             raise click.UsageError("--print-config describes the flags' config; --from takes it from the checkpoint")
@@ -258,7 +268,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
         from ..models import load_any
         from ..models.hf.folder import missing_tokenizer_note
 
-        loaded = load_any(from_path)
+        loaded = load_any(from_path, pooling=flags.get("pooling"), normalize=flags.get("normalize"))
         subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
         text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(from_path)
     if truncate_dim is not None:

@@ -92,12 +92,14 @@ def _refuse_untyped_hf_config(folder: Path) -> None:
                               f"add \"model_type\" (one of {', '.join(sorted(FAMILIES))})")
 
 
-def load_any(path) -> Loaded:
+def load_any(path, *, pooling: str | None = None, normalize: bool | None = None) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder.
 
     A folder dispatches on its config.json: ``model_type`` means Hugging Face (one
-    module per family in models/hf/); otherwise an ortformer config.
+    module per family in models/hf/); otherwise an ortformer config. pooling / normalize
+    override a Hugging Face folder's (its sentence-transformers modules', or none); an
+    ortformer checkpoint's config sets its own.
     ``source`` is ``"sha256:<hex>"`` of the weight file.
     """
     path = Path(path)
@@ -110,9 +112,12 @@ def load_any(path) -> Loaded:
             raise CheckpointError(f"{path} lies in a Hugging Face folder whose weights are read by name "
                                   f"({', '.join(HF_WEIGHT_NAMES)} or their shards); pass the folder {path.parent}")
         path = _around_transformer_module(path.parent)
+    if path.is_dir() and is_hf_folder(path):
+        return load_hf(path, **{k: v for k, v in (("pooling", pooling), ("normalize", normalize)) if v is not None})
+    if pooling is not None or normalize is not None:
+        raise CheckpointError(f"{path} is an ortformer checkpoint, whose config.json sets its pooling and "
+                              "normalisation; a pooling or normalize override applies to Hugging Face folders only")
     if path.is_dir():
-        if is_hf_folder(path):
-            return load_hf(path)
         _refuse_untyped_hf_config(path)
         weights = find_weights(path)
     else:
