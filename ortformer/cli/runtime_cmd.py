@@ -395,9 +395,10 @@ def info(ctx, model, as_json, sequence_length):
         default = " (default)" if prompt == prompts.get("default") else ""
         click.echo(f"{'prompts' if i == 0 else '':<11} {prompt}{default}: {text!r}")
     parts = {k: v for k, v in report["parameters"].items() if k != "total"}
+    width = max(map(len, parts), default=0)
     click.echo(f"parameters  {report['parameters']['total']:,}")
     for part, count in parts.items():
-        click.echo(f"  {part:<20} {count:>14,}")
+        click.echo(f"  {part:<{width}} {count:>14,}")
     flops = {k: v for k, v in report["flops"].items() if k not in ("sequence_length", "total")}
     n = report["flops"]["sequence_length"]
     beyond = (f"; the model takes at most {report['max_sequence']}"

@@ -8,6 +8,7 @@ shared by any number of threads.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -31,6 +32,10 @@ from .validate import InputSpec, as_array, check_inputs
 # embed's CPU batches hold at most this many padded tokens per intra-op thread, so each
 # thread's rows of the (B * N, F) activations stay cache-sized (measured: batching.py)
 CPU_TOKENS_PER_THREAD = 256
+
+
+# "input_ids[0, 5]" of a sequence checked as a batch of one is its token 5: "input_ids[5]"
+BATCH_OF_ONE = re.compile(rf"\b({contract.INPUT_IDS}|{contract.INPUTS_EMBEDS}|{contract.TOKEN_TYPE_IDS})\[0, ")
 
 
 def _usable_cores() -> int:
@@ -444,8 +449,8 @@ class Runtime:
             given[contract.TOKEN_TYPE_IDS] = as_array(f"token_types {index}", types)[None]
         try:
             feeds = check_inputs(self._spec, given)
-        except InputError as exc:
-            raise InputError(f"sequence {index}: {exc}") from None
+        except InputError as exc:  # checked as a batch of one: name places within the sequence, not that batch
+            raise InputError(f"sequence {index}: " + BATCH_OF_ONE.sub(r"\1[", str(exc))) from None
         return feeds[self.main_input][0], feeds[contract.TOKEN_TYPE_IDS][0] if types is not None else None
 
     def _check_type_lists(self, token_types: Any, count: int) -> None:

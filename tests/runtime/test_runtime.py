@@ -184,7 +184,7 @@ def test_embed_defaults_and_edges(tokens_rt, nopool_rt):
     assert tokens_rt.embed([]).shape == (0, 32)
     with pytest.raises(InputError, match="sentence_embedding"):
         nopool_rt.embed([[1]], output="sentence_embedding")
-    with pytest.raises(InputError, match="sequence 2: input_ids"):
+    with pytest.raises(InputError, match=r"sequence 2: input_ids\[1\] = 100 "):  # the place within that sequence
         tokens_rt.embed([[1], [2], [3, 100]])
     with pytest.raises(InputError, match="sequence 1: input_ids is empty"):
         tokens_rt.embed([[1], []])
