@@ -288,8 +288,9 @@ def test_sigterm_ends_an_export_as_ctrl_c_does_leaving_no_staging(tmp_path):
 
 
 def test_architecture_flags_with_from_are_a_usage_error(tmp_path):
-    line = fail("export", "--from", tmp_path, "--layers", 3, "--norm-position", "pre", "-o", tmp_path / "m.onnx", code=2)
-    assert "--from takes the architecture from the checkpoint; drop --layers, --norm-position" in line
+    line = fail("export", "--from", tmp_path, "--layers", 3, "--norm-position", "pre", "--no-bias", "-o",
+                tmp_path / "m.onnx", code=2)
+    assert "--from takes the architecture from the checkpoint; drop --layers, --norm-position, --no-bias" in line
 
 
 def test_from_a_plain_folder_takes_a_pooling(tmp_path):

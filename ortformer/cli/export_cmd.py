@@ -141,7 +141,8 @@ def architecture_options(func):
         click.option("--rotary-theta-local", type=float,
                      help="Rotary theta of the local layers (ModernBERT: 10000 against 160000 global); 0 = --rotary-theta."),
         click.option("--local-window", type=click.IntRange(min=0),
-                     help="Sliding-window attention: local layers see keys with |i - j| <= W // 2; 0 = off. Softmax only."),
+                     help="Sliding-window attention: local layers see keys with |i - j| <= W // 2 (causal: i - W // 2 <= j <= i); "
+                          "0 = off. Softmax only."),
         click.option("--global-every", type=click.IntRange(min=1),
                      help="With --local-window: layer l is global when l mod K == 0 (ModernBERT: 3)."),
         click.option("--relative-buckets", type=click.IntRange(min=0),
@@ -221,7 +222,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
     from ..errors import require_torch
 
     if from_path:
-        given = [f"--{flag.replace('_', '-')}" for flag, value in flags.items()
+        given = [f"--{'no-' if value is False else ''}{flag.replace('_', '-')}" for flag, value in flags.items()
                  if value is not None and flag not in FROM_FLAGS]
         given += [name for name, value in (("--preset", preset_name), ("--config", config_file)) if value]
         if given:

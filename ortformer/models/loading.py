@@ -114,11 +114,12 @@ def load_any(path, *, pooling: str | None = None, normalize: bool | None = None)
         path = _around_transformer_module(path.parent)
     if path.is_dir() and is_hf_folder(path):
         return load_hf(path, **{k: v for k, v in (("pooling", pooling), ("normalize", normalize)) if v is not None})
+    if path.is_dir():
+        _refuse_untyped_hf_config(path)
     if pooling is not None or normalize is not None:
         raise CheckpointError(f"{path} is an ortformer checkpoint, whose config.json sets its pooling and "
                               "normalisation; a pooling or normalize override applies to Hugging Face folders only")
     if path.is_dir():
-        _refuse_untyped_hf_config(path)
         weights = find_weights(path)
     else:
         weights = path

@@ -130,6 +130,8 @@ def test_a_config_without_model_type_is_named_as_such(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="Hugging Face config without model_type.*one of albert, bert"):
         load_any(folder)
+    with pytest.raises(CheckpointError, match="Hugging Face config without model_type"):  # not "a checkpoint"
+        load_any(folder, pooling="mean")
 
 
 

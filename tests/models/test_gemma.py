@@ -90,6 +90,16 @@ def test_causal_gemma_with_sliding_layers(tmp_path):
     assert_matches_transformers(load_any(folder), hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
 
+def test_causal_gemma_with_an_idle_window_keeps_each_kinds_theta(tmp_path):
+    """A window as long as the model never acts, yet transformers still rotates each layer kind with its
+    own theta: the pattern stays."""
+    folder = save_hf(transformers.Gemma3TextModel, tiny_config(use_bidirectional_attention=False, sliding_window=64),
+                     tmp_path / "m", seed=6)
+    cfg = load_any(folder).config
+    assert (cfg.rotary_theta, cfg.rotary_theta_local, cfg.global_every) == (1000.0, 20.0, 3)
+    assert_matches_transformers(load_any(folder), hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
+
+
 def embeddinggemma_folder(root):
     """EmbeddingGemma's sentence-transformers layout, saved by sentence-transformers: Transformer,
     mean Pooling, Dense(F -> 4F), Dense(4F -> F), both linear without bias, Normalize, prompts."""

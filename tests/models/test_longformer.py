@@ -59,6 +59,8 @@ def test_token_classifier_keeps_its_head(tmp_path):
     ({"attention_window": [4, 8]}, "gives layers different windows"),
     ({"attention_window": 5}, "attention_window=5 is not supported"),
     ({"architectures": ["LongformerForSequenceClassification"], "num_labels": 2}, "global attention"),
+    ({"architectures": ["LongformerForQuestionAnswering"]}, "LongformerForQuestionAnswering gives tokens global"),
+    ({"architectures": ["LongformerForMultipleChoice"]}, "LongformerForMultipleChoice gives tokens global"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):

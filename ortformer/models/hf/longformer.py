@@ -6,8 +6,9 @@ which is ortformer's ``local_window = attention_window`` with no global layer (g
 the last layer). The embeddings and positions are RoBERTa's (roberta.py). The global projections
 (query_global, key_global, value_global) act only on tokens given global attention, so they are
 set aside. LongformerForSequenceClassification gives its first token global attention whatever
-the caller passes, which ortformer does not implement: such folders are refused (heads.py); a
-token classifier's head (one Linear per token, no global attention) is kept.
+the caller passes, which ortformer does not implement: such folders are refused (heads.py), as
+are question answering and multiple choice ones (their encoders were tuned with global attention
+on the question tokens); a token classifier's head (one Linear per token, no global attention) is kept.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from .roberta import DROPPED_PREFIXES, roberta_fields
 
 WHAT = "Longformer "
 GLOBAL_PROJECTIONS = ("query_global", "key_global", "value_global")
+# task models that turn global attention on themselves (sequence classification: heads.py)
+GLOBAL_TASKS = ("LongformerForQuestionAnswering", "LongformerForMultipleChoice")
 
 
 def window(hf: dict) -> int:
@@ -37,6 +40,10 @@ def window(hf: dict) -> int:
 
 
 def longformer_config(hf: dict, common: dict) -> EncoderConfig:
+    architecture = (hf.get("architectures") or [""])[0]
+    if architecture in GLOBAL_TASKS:  # fine-tuned with global attention on the question / choice tokens
+        raise CheckpointError(f"{WHAT}{architecture} gives tokens global attention, which ortformer does not "
+                              "implement; its encoder alone would not compute what the fine-tuned model does")
     layers = hf["num_hidden_layers"]
     return make_config(WHAT.strip(), **roberta_fields(hf, WHAT), local_window=window(hf), global_every=layers + 1,
                        global_offset=layers, **common)

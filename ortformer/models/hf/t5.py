@@ -17,7 +17,8 @@ differences are folded into the weights instead of the config:
 - a gated FFN's up projection is ortformer's rows [a; g] = [wi_0; wi_1].
 
 The decoder, LM head and task heads of T5Model / T5ForConditionalGeneration /
-T5For*Classification / T5ForQuestionAnswering folders are set aside by name. Heads of d_kv
+T5ForSequenceClassification / T5ForQuestionAnswering folders are set aside by name;
+T5ForTokenClassification keeps its per-token head (heads.py). Heads of d_kv
 that do not split d_model (t5-3b/11b; the small v1.1, flan-t5 and mT5 sizes: 6 heads of 64
 in 512) set attention_head_size. Refused: other activations, and UMT5 (a relative bias per
 layer).

@@ -54,11 +54,13 @@ def causal_pattern(kinds: list[str], window: int | None, longest: int, thetas: d
     """(EncoderConfig fields, the longest sequence) of a decoder whose ``kinds`` layers slide with the causal
     window w = ``window`` (token i sees i - w < j <= i: local_window 2w - 1 under causal attention).
 
-    A window that cannot act within ``longest`` tokens, or no sliding layer, gives full layers. A
+    No sliding layer, or a window that cannot act within ``longest`` tokens where both kinds rotate
+    alike, gives full layers (kinds that rotate otherwise keep the pattern, the window idle). A
     pattern no period gives (e.g. Qwen2's full layers below max_window_layers, sliding ones above) keeps
     every layer full and caps the longest sequence at w, where the window never acts: exact, when both
     kinds rotate alike (CheckpointError otherwise)."""
-    if window is None or SLIDING not in kinds or window >= longest:
+    idle = window is not None and window >= longest  # the window never acts: only the thetas can tell kinds apart
+    if window is None or SLIDING not in kinds or (idle and thetas[FULL] == thetas[SLIDING]):
         return pattern_fields(0, 1, 0, thetas), longest
     try:
         every, offset = global_period(kinds, what)
