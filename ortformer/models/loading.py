@@ -16,6 +16,7 @@ from .weights import find_weights, weights_source
 FAMILIES = {
     "bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
     "distilbert": "distilbert", "electra": "electra", "mpnet": "mpnet", "modernbert": "modernbert",
+    "modernbert-decoder": "modernbert",
     "t5": "t5", "mt5": "t5", "albert": "albert", "deberta": "deberta", "deberta-v2": "deberta_v2",
     "nomic_bert": "rotary_bert", "gte": "rotary_bert", "new": "rotary_bert", "jina_embeddings_v3": "rotary_bert",
     "eurobert": "llama", "qwen3": "llama", "qwen2": "llama", "data2vec-text": "roberta", "ernie": "ernie",

@@ -191,6 +191,14 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
         return None
     if model_type in ("t5", "mt5", "longformer") and per_token:  # the encoder, then one Linear per token
         return ClassifierHead(True, HeadLayout(None, "classifier", "none"), _labels(hf, what))
+    if model_type == "modernbert-decoder" and not per_token:  # the prediction head, then classifier, on the last token
+        head = _modernbert_head(hf, what, per_token=True)
+        bias = hf.get("classifier_bias", False)
+        if not isinstance(bias, bool):
+            raise CheckpointError(f"{what} config.json classifier_bias={bias!r} must be true or false")
+        layout = HeadLayout(head.dense, head.out, head.activation, head.norm, pooling="last", dense_bias_optional=True,
+                            out_bias=bias, pad_id=_score_head(hf, what, per_token=False).pad_id)
+        return ClassifierHead(False, layout, _labels(hf, what))
     if model_type == "longformer":  # its classification head reads a token it gives global attention
         raise CheckpointError(f"{what}: {architecture} gives its first token global attention, which ortformer does "
                               "not implement (Longformer imports with sliding windows only: LongformerModel, a "
