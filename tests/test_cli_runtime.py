@@ -137,7 +137,7 @@ def test_infer_stdin_streams_without_torch(tokens_model, rt):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--ids", "[[1, 200]]"], "input_ids[0, 1] = 200"),
+        (["--ids", "[[1, 200]]"], "sequence 0: input_ids[1] = 200"),  # the place within its sequence
         (["--ids", "[[1, 2], [3]]", "--mask", "[[1, 1], [1]]"], "ragged"),
         (["--ids", "[[1, 2]]", "--mask", "[[1, 1, 1]]"], "--mask has shape (1, 3)"),
         (["--ids", "[[1, 2"], "--ids is not valid JSON"),
