@@ -72,13 +72,22 @@ DEFAULT_THETA = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_f
 NORMS = {"input_layernorm": "norm1", "post_attention_layernorm": "post_attention_norm",
          "pre_feedforward_layernorm": "norm2", "post_feedforward_layernorm": "post_ffn_norm"}
 NORMS_1 = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"}  # Gemma 1: Llama's two
-# GemmaConfig's defaults, where Gemma 1 reads other keys or values than Gemma 2 / 3
-DEFAULTS_1 = {"head_dim": 256, "rms_norm_eps": 1e-6, "max_position_embeddings": 8192, "num_key_value_heads": 16}
+# GemmaConfig's, for the keys Gemma 1 reads (hidden_act where Gemma 2 / 3 read hidden_activation; no
+# query_pre_attn_scalar: scores are scaled by 1 / sqrt(head_dim))
+DEFAULTS_1 = {"head_dim": 256, "rms_norm_eps": 1e-6, "max_position_embeddings": 8192, "num_key_value_heads": 16,
+              "hidden_act": "gelu_pytorch_tanh"}
+DEFAULTS_BY_TYPE = {"gemma2": DEFAULTS_2, "gemma": DEFAULTS_1}
+
+
+def defaults(hf: dict) -> dict:
+    """The defaults of config.json's model_type's config class."""
+    return DEFAULTS_BY_TYPE.get(hf.get("model_type"), DEFAULTS)
 
 
 def setting(hf: dict, key: str):
+    """config.json's ``key``, else its config class's default."""
     value = hf.get(key)
-    return (DEFAULTS_2 if hf.get("model_type") == "gemma2" else DEFAULTS)[key] if value is None else value
+    return defaults(hf)[key] if value is None else value
 
 
 def layer_kinds(hf: dict, layers: int) -> tuple[list[str], str]:
@@ -93,23 +102,25 @@ def layer_kinds(hf: dict, layers: int) -> tuple[list[str], str]:
     return [SLIDING if (l + 1) % pattern else FULL for l in range(layers)], "sliding_window_pattern"
 
 
-def shared_fields(hf: dict, what: str) -> dict:
-    """The EncoderConfig fields Gemma 2 and 3 read alike."""
+def shared_fields(hf: dict, what: str, activation_key: str = "hidden_activation", activation: str | None = None) -> dict:
+    """The EncoderConfig fields Gemma 1, 2 and 3 read alike, defaults from setting(); Gemma 2 / 3 add
+    sandwich norms and check their query_pre_attn_scalar. ``activation`` (default: config.json's
+    ``activation_key``) is a transformers name."""
     require(hf, what.strip(), REQUIRED)
-    require({key: setting(hf, key) for key in ("head_dim", "query_pre_attn_scalar")}, what.strip(),
-            ("head_dim", "query_pre_attn_scalar"))
-    activation = setting(hf, "hidden_activation")  # Gemma2Config / Gemma3TextConfig read no hidden_act
+    scalars = tuple(key for key in ("head_dim", "query_pre_attn_scalar") if key in defaults(hf))
+    require({key: setting(hf, key) for key in scalars}, what.strip(), scalars)
+    activation = setting(hf, activation_key) if activation is None else activation
     if activation not in ACTIVATIONS:
-        raise CheckpointError(f"{what}config.json hidden_activation={activation!r} is not supported; ortformer "
+        raise CheckpointError(f"{what}config.json {activation_key}={activation!r} is not supported; ortformer "
                               f"implements {', '.join(map(repr, ACTIVATIONS))}")
     heads, head_dim = hf["num_attention_heads"], setting(hf, "head_dim")
     return dict(
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_kv_heads=kv_heads(hf, what, DEFAULTS["num_key_value_heads"]), num_layers=hf["num_hidden_layers"],
+        num_kv_heads=kv_heads(hf, what, defaults(hf)["num_key_value_heads"]), num_layers=hf["num_hidden_layers"],
         ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, what, keys=BIAS_KEYS)),
-        attention="softmax", norm="rmsnorm", norm_position="pre", sandwich_norm=True,
-        activation=ACTIVATIONS[activation], positions="rotary", type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"))
+        attention="softmax", norm="rmsnorm", norm_position="pre", activation=ACTIVATIONS[activation],
+        positions="rotary", type_vocab_size=0, norm_eps=setting(hf, "rms_norm_eps"))
 
 
 def softcap(hf: dict, what: str, default: float | None) -> float:
@@ -140,7 +151,7 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         pattern = pattern_fields(window, every, offset, thetas)
     else:  # the causal i - w < j <= i
         pattern, longest = causal_pattern(kinds, window or None, longest, thetas, WHAT)
-    return make_config(WHAT.strip(), **fields, causal=not bidirectional, qk_norm=True, **pattern,
+    return make_config(WHAT.strip(), **fields, sandwich_norm=True, causal=not bidirectional, qk_norm=True, **pattern,
                        max_positions=longest, **common)
 
 
@@ -172,29 +183,19 @@ def gemma2_config(hf: dict, common: dict) -> EncoderConfig:
     # the causal window i - w < j <= i of the sliding layers (windows.causal_pattern)
     pattern, longest = causal_pattern(kinds, window, setting(hf, "max_position_embeddings"),
                                       {FULL: theta, SLIDING: theta}, WHAT_2)
-    return make_config(WHAT_2.strip(), **fields, causal=True, qk_norm=False, attention_softcap=softcap(hf, WHAT_2, SOFTCAP_2),
+    return make_config(WHAT_2.strip(), **fields, sandwich_norm=True, causal=True, qk_norm=False,
+                       attention_softcap=softcap(hf, WHAT_2, SOFTCAP_2),
                        **pattern, max_positions=longest, **common)
 
 
 def gemma1_config(hf: dict, common: dict) -> EncoderConfig:
-    require(hf, WHAT_1.strip(), REQUIRED)
     refuse_bidirectional(hf, WHAT_1)
     refuse(hf, "rope_scaling", (None,), None, WHAT_1)
-    activation = hf.get("hidden_act", "gelu_pytorch_tanh")
+    activation = setting(hf, "hidden_act")
     activation = "gelu_pytorch_tanh" if activation == "gelu" else activation  # GemmaConfig's legacy reading
-    if activation not in ACTIVATIONS:
-        raise CheckpointError(f"{WHAT_1}config.json hidden_act={activation!r} is not supported; ortformer "
-                              f"implements {', '.join(map(repr, ACTIVATIONS))}")
-    heads, head_dim = hf["num_attention_heads"], hf.get("head_dim") or DEFAULTS_1["head_dim"]
-    return make_config(
-        WHAT_1.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
-        attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
-        num_kv_heads=kv_heads(hf, WHAT_1, DEFAULTS_1["num_key_value_heads"]), num_layers=hf["num_hidden_layers"],
-        ffn_size=hf["intermediate_size"], ffn_gated=True, bias=bool(biases(hf, WHAT_1, keys=BIAS_KEYS)),
-        attention="softmax", norm="rmsnorm", norm_position="pre", activation=ACTIVATIONS[activation],
-        positions="rotary", rotary_theta=rope_theta(hf, 10000.0, WHAT_1), type_vocab_size=0, causal=True,
-        norm_eps=hf.get("rms_norm_eps") or DEFAULTS_1["rms_norm_eps"],
-        max_positions=hf.get("max_position_embeddings") or DEFAULTS_1["max_position_embeddings"], **common)
+    return make_config(WHAT_1.strip(), **shared_fields(hf, WHAT_1, "hidden_act", activation), causal=True,
+                       rotary_theta=rope_theta(hf, 10000.0, WHAT_1),
+                       max_positions=setting(hf, "max_position_embeddings"), **common)
 
 
 def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased: frozenset[str],

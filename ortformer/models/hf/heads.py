@@ -67,6 +67,10 @@ SEQUENCE_HEADS = {
 # unless token_classification_bias is false
 SCORE_HEADS = ("qwen3", "qwen2", "mistral", "llama", "gemma3_text", "gemma2", "gemma")
 HEAD_FAMILIES = (*SEQUENCE_HEADS, "modernbert", *SCORE_HEADS)  # both tasks, in every one of them
+# Longformer task models that turn global attention on themselves (sequence classification: the first
+# token; question answering: the question; multiple choice: each choice's question)
+LONGFORMER_GLOBAL = ("LongformerForSequenceClassification", "LongformerForQuestionAnswering",
+                     "LongformerForMultipleChoice")
 
 
 # model_type -> the masked-LM head: (Dense, norm, decoder, the decoder bias's other saved name)
@@ -186,6 +190,11 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
     architecture = architectures[0] if isinstance(architectures, list) and architectures else ""
     if not isinstance(architecture, str):
         return None
+    if model_type == "longformer" and architecture in LONGFORMER_GLOBAL:
+        # their encoders run with global attention the task model turns on itself: the encoder alone is another model
+        raise CheckpointError(f"{what}: {architecture} gives tokens global attention, which ortformer does not implement "
+                              "(Longformer imports with sliding windows only: LongformerModel, a sentence-transformers "
+                              "folder, or LongformerForTokenClassification)")
     per_token = architecture.endswith("ForTokenClassification")
     if not (per_token or architecture.endswith("ForSequenceClassification")):
         return None
@@ -197,12 +206,8 @@ def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | No
         if not isinstance(bias, bool):
             raise CheckpointError(f"{what} config.json classifier_bias={bias!r} must be true or false")
         layout = HeadLayout(head.dense, head.out, head.activation, head.norm, pooling="last", dense_bias_optional=True,
-                            out_bias=bias, pad_id=_score_head(hf, what, per_token=False).pad_id)
+                            out_bias=bias, pad_id=_pad_id(hf))
         return ClassifierHead(False, layout, _labels(hf, what))
-    if model_type == "longformer":  # its classification head reads a token it gives global attention
-        raise CheckpointError(f"{what}: {architecture} gives its first token global attention, which ortformer does "
-                              "not implement (Longformer imports with sliding windows only: LongformerModel, a "
-                              "sentence-transformers folder, or LongformerForTokenClassification)")
     if model_type not in HEAD_FAMILIES:  # (T5ForSequenceClassification reads the decoder: not an encoder's head)
         return None
     layout = HeadLayout(None, "classifier", "none") if per_token else SEQUENCE_HEADS.get(model_type)
@@ -245,9 +250,13 @@ def _score_head(hf: dict, what: str, per_token: bool) -> HeadLayout:
         if not isinstance(bias, bool):
             raise CheckpointError(f"{what} config.json token_classification_bias={bias!r} must be true or false")
         return HeadLayout(None, "score", "none", out_bias=bias)
+    return HeadLayout(None, "score", "none", pooling="last", out_bias=False, pad_id=_pad_id(hf))
+
+
+def _pad_id(hf: dict) -> int:
+    """pad_token_id, the id a "last" head skips at a text's end; -1 (none) when it is no token id."""
     pad = hf.get("pad_token_id")
-    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < hf.get("vocab_size", 0) else -1
-    return HeadLayout(None, "score", "none", pooling="last", out_bias=False, pad_id=pad)
+    return pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < hf.get("vocab_size", 0) else -1
 
 
 def _cls_or_mean(hf: dict, what: str) -> str:

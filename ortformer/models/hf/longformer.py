@@ -6,9 +6,10 @@ which is ortformer's ``local_window = attention_window`` with no global layer (g
 the last layer). The embeddings and positions are RoBERTa's (roberta.py). The global projections
 (query_global, key_global, value_global) act only on tokens given global attention, so they are
 set aside. LongformerForSequenceClassification gives its first token global attention whatever
-the caller passes, which ortformer does not implement: such folders are refused (heads.py), as
-are question answering and multiple choice ones (their encoders were tuned with global attention
-on the question tokens); a token classifier's head (one Linear per token, no global attention) is kept.
+the caller passes, which ortformer does not implement: such folders are refused, as are question
+answering and multiple choice ones (their encoders run with global attention on the question
+tokens), unless a sentence-transformers layout embeds with the base model (heads.py); a token
+classifier's head (one Linear per token, no global attention) is kept.
 """
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ from .roberta import DROPPED_PREFIXES, roberta_fields
 
 WHAT = "Longformer "
 GLOBAL_PROJECTIONS = ("query_global", "key_global", "value_global")
-# task models that turn global attention on themselves (sequence classification: heads.py)
-GLOBAL_TASKS = ("LongformerForQuestionAnswering", "LongformerForMultipleChoice")
 
 
 def window(hf: dict) -> int:
@@ -40,10 +39,6 @@ def window(hf: dict) -> int:
 
 
 def longformer_config(hf: dict, common: dict) -> EncoderConfig:
-    architecture = (hf.get("architectures") or [""])[0]
-    if architecture in GLOBAL_TASKS:  # fine-tuned with global attention on the question / choice tokens
-        raise CheckpointError(f"{WHAT}{architecture} gives tokens global attention, which ortformer does not "
-                              "implement; its encoder alone would not compute what the fine-tuned model does")
     layers = hf["num_hidden_layers"]
     return make_config(WHAT.strip(), **roberta_fields(hf, WHAT), local_window=window(hf), global_every=layers + 1,
                        global_offset=layers, **common)

@@ -7,8 +7,8 @@ Both keep BERT's weights and names but move the LayerNorms in front of each subl
     e = word + type + position;  per layer:  x = x + O(attn(LN_1 x));  x = x + W2 act(W1 LN_2 x)
     out = LN_final(x)
 
-with no LayerNorm on the embeddings (but RoBERTa-PreLayerNorm's and ESM-1b's, below): ortformer's pre-norm encoder (its ``norm`` is the final
-LayerNorm). XLM-R-XL counts positions as RoBERTa does (position_offset = pad_token_id + 1 over
+with no LayerNorm on the embeddings (but RoBERTa-PreLayerNorm's and ESM-1b's, below): ortformer's
+pre-norm encoder (its ``norm`` is the final LayerNorm). XLM-R-XL counts positions as RoBERTa does (position_offset = pad_token_id + 1 over
 kept tokens, one token type folded into the position table); Megatron-BERT as BERT does.
 RoBERTa-PreLayerNorm is XLM-R-XL's layout with a LayerNorm on the embeddings as well, ahead of
 layer 0's own (embedding_norm with first_block_norm), its pre-norms named attention.LayerNorm and
