@@ -59,3 +59,17 @@ def test_sequence_classifier_reads_the_last_token(tmp_path, bias):
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(ids, mask)["logits"], model(input_ids=ids, attention_mask=mask).logits,
                                    atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("function, hf, message", [
+    ("classifier_head", {"architectures": ["ModernBertDecoderForSequenceClassification"], "classifier_bias": "yes"},
+     "classifier_bias='yes' must be true or false"),
+    ("mlm_head", {"decoder_bias": "no", "vocab_size": 10}, "decoder_bias='no' must be true or false"),
+])
+def test_head_flags_must_be_booleans(function, hf, message):
+    from ortformer.errors import CheckpointError
+    from ortformer.models.hf import heads
+
+    model_type = "modernbert-decoder" if function == "classifier_head" else "modernbert"
+    with pytest.raises(CheckpointError, match=message):
+        getattr(heads, function)(hf, model_type, "m")
