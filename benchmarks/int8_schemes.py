@@ -45,8 +45,9 @@ LN, OTHER = ("qkv", "up"), ("out", "down")
 
 
 def build(model, calib, kind, static_kinds=LN + OTHER, row_kinds=(), percentile=100.0,
-          signed=False, alpha=0.5, fused_rows=False, act_levels=255, signed_kinds=None):
-    """static for products of static_kinds, per-row for row_kinds, the rest float."""
+          signed=False, alpha=0.5, act_levels=255, weights_u8=False, weight_levels=WEIGHT_LEVELS):
+    """static for products of static_kinds, per-row for row_kinds (int8 weights of weight_levels,
+    or the same integers as uint8 + 128 with weights_u8), the rest float."""
     plan, zps, smooth = {}, {}, {}
     for name, (rows, w) in calib.items():
         m = smoothing(rows, w, alpha) if alpha else None
@@ -57,31 +58,25 @@ def build(model, calib, kind, static_kinds=LN + OTHER, row_kinds=(), percentile=
         elif kind[name] in row_kinds:
             zps[name], smooth[name] = int(round(zero_point(x) * act_levels / 255)), m
     out = quantize_static(model, plan, signed=signed)
-    if fused_rows and signed_kinds:
-        s8 = {k: zps[k] for k in zps if kind[k] in signed_kinds}
-        out = quantize_rows(out, s8, smooth=smooth, weights_u8=False)
-        return quantize_rows(out, {k: z for k, z in zps.items() if k not in s8}, smooth=smooth)
-    if fused_rows:  # 7-bit activations keep 8-bit weights (their products fit in VPMADDUBSW's int16 sums)
-        return quantize_rows(out, zps, smooth=smooth, weights_u8=not signed, act_levels=act_levels,
-                             weight_levels=WEIGHT_LEVELS if act_levels < 255 else None)
-    return quantize_rows(out, zps, smooth=smooth) if zps else out
+    return quantize_rows(out, zps, smooth=smooth, weights_u8=weights_u8, act_levels=act_levels,
+                         weight_levels=weight_levels) if zps else out
 
 
+ROWS = dict(static_kinds=(), row_kinds=LN + OTHER)
 SCHEMES = {
-    # shipped: per-row scales around MatMulIntegerToFloat (exporter/int8.py)
-    "rows": dict(static_kinds=(), row_kinds=LN + OTHER),
-    # per-row, u8 x s8: 7-bit weights (AVX2 VPMADDUBSW saturates otherwise), or 7-bit activations
-    "rows_s8": dict(static_kinds=(), row_kinds=LN + OTHER, fused_rows=True, signed=True),
-    "rows_s8_act7": dict(static_kinds=(), row_kinds=LN + OTHER, fused_rows=True, signed=True, act_levels=127),
-    "rows_s8_alpha0.3": dict(static_kinds=(), row_kinds=LN + OTHER, fused_rows=True, signed=True, alpha=0.3),
-    "rows_s8_qkv_up": dict(static_kinds=(), row_kinds=LN + OTHER, fused_rows=True, signed_kinds=LN),
+    # shipped: per-row scales around MatMulIntegerToFloat, int8 weights (exporter/int8.py)
+    "rows": ROWS,
+    # the same integers as uint8 + 128: what a CPU without VNNI runs (ortformer/int8_kernels.py)
+    "rows_u8u8": dict(ROWS, weights_u8=True),
+    # 7-bit weights, or 7-bit activations: what u8 x s8 needed on VPMADDUBSW without VNNI
+    "rows_w7": dict(ROWS, weight_levels=63),
+    "rows_act7": dict(ROWS, act_levels=127),
     # static: constant activation scale / zero point, calibrated min/max (or 99.99th percentile)
     "static": dict(),
     "static_p9999": dict(percentile=99.99),
     "static_s8": dict(signed=True),
     # static for the LayerNorm-fed products (QKV, FFN up), per-row for attention-out and FFN down
     "mixed": dict(static_kinds=LN, row_kinds=OTHER),
-    "mixed_s8": dict(static_kinds=LN, row_kinds=OTHER, fused_rows=True, signed=True),
     "static_qkv_up_rest_float": dict(static_kinds=LN),
 }
 

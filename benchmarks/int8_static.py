@@ -79,8 +79,7 @@ def _bias_adds(graph: onnx.GraphProto, weights: dict) -> dict[str, onnx.NodeProt
 def quantize_static(model: onnx.ModelProto, plan: dict[str, Static], signed: bool = False) -> onnx.ModelProto:
     """A copy of ``model`` with every weight MatMul named in ``plan`` rewritten as above.
 
-    signed: int8 weights of 7 bits (+-63) instead of uint8 ones: AVX2 without VNNI runs
-    u8 x s8 on VPMADDUBSW, whose int16 pair sums saturate with 8-bit weights.
+    signed: int8 weights (u8 x s8 GEMM, exact on VNNI CPUs) instead of the same integers as uint8 + 128.
     """
     adds = _bias_adds(model.graph, {t.name: t for t in model.graph.initializer})
     fused: set[str] = set()  # names of the bias Adds folded into their product

@@ -22,6 +22,7 @@ from ..config import EncoderConfig
 from .. import cost
 from ..cost import parameter_count
 from ..errors import ExportError, ModelFileError, ParityError
+from ..int8_kernels import open_session
 from ..modelfile import check_graph_io, file_weights_digest
 from ..models import Encoder, MultiHeadAttention, build_encoder
 from .. import parity as parity_mod
@@ -292,7 +293,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(staged.path), options, providers=["CPUExecutionProvider"])
+        session = open_session(staged.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
     except Exception as exc:
         raise ExportError(f"onnxruntime cannot load the exported model: {exc}") from exc
     report = parity_mod.run_parity(session, eager_runner(reference), cfg, dtype)
@@ -302,7 +303,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
         report["passed"] = report["passed"] and report["chunked"]["passed"]
     if tokenizer is not None and compared_output(cfg) is not None:
         # recorded beside the gate, not gated: the grid is the gate every model shares
-        session = ort.InferenceSession(str(staged.path), options, providers=["CPUExecutionProvider"])
+        session = open_session(staged.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
         report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
                                      text_max_length or cfg.max_sequence, lowercase=text_lowercase)
         del session

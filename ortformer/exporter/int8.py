@@ -7,8 +7,8 @@ batch. Here every MatMul ``Y = X W`` with a constant weight W (K, F) becomes
     x'  = x / m                   m (K,): SmoothQuant, sqrt(max|X_k| / max|W_k|)  # (..., K)
     s_r = max(max(x'_r) / (255 - z), -min(x'_r) / z)   per row r                 # (..., 1)
     q_r = clip(round(x'_r / s_r) + z, 0, 255)  as uint8                          # (..., K)
-    W_q = round(m W / c) + 128, c = max|m W[:, f]| / 127  as uint8, per column   # (K, F)
-    Y   = MatMulIntegerToFloat(q, W_q, 1, c, z, 128) * s                         # (..., F)
+    W_q = round(m W / c), c = max|m W[:, f]| / 127  as int8, per column          # (K, F)
+    Y   = MatMulIntegerToFloat(q, W_q, 1, c, z, 0) * s                           # (..., F)
 
 so each row's scale is its own and a row's result never depends on its batch.
 z (one per MatMul) and m are constants calibrated at export on the float model's own
@@ -20,14 +20,13 @@ earlier form (MatMulInteger, Cast, two Muls, reshapes to (M, K)) ran 1.1-1.2x fl
 against 1.3x for this one (benchmarks/int8_schemes.py).
 - m moves outlier input channels (LayerNorm outputs have a few) into the weights;
   without it all-MiniLM-L6-v2's sentence cosine on real text was 0.987 (min).
-- uint8 x uint8 with 8-bit weights: without VNNI (AVX2), u8 x s8 runs on VPMADDUBSW,
-  whose int16 pair sums saturate unless weights keep 7 bits, and 7 bits measured
-  sentence cosine min 0.9937 / median 0.9984 against 0.9959 / 0.9992 for u8 x u8
-  (and a per-token gate of 0.977 < 0.99). u8 x s8 is the only kernel here that
-  would reach 1.5x float32; 7-bit activations with 8-bit weights fare worse (0.984).
-- static activation scales (constants, calibrated) are faster still but fail the
-  gate: per-token cosine 0.76 on the parity grid, sentence min 0.958-0.976. See
-  benchmarks/int8_schemes.py and the README's int8 section for the measured table.
+- int8 weights make the GEMM uint8 x int8: VPDPBUSD on VNNI CPUs, 2.7-6x float32's
+  MatMul against 1.2-1.4x for uint8 x uint8. Without VNNI that kernel's int16 pair sums
+  saturate, so sessions there get the same integers as uint8 + 128
+  (ortformer/int8_kernels.py): same numbers on every CPU, u8 x u8 speed.
+- static activation scales (constants, calibrated) fail the gate: per-token cosine
+  0.76 on the parity grid, sentence min 0.958-0.976. See benchmarks/int8_schemes.py
+  and the README's int8 section for the measured table.
 """
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 MS = "com.microsoft"
-WEIGHT_LEVELS = 127  # symmetric 8-bit weights, stored as uint8 with zero point 128
+WEIGHT_LEVELS = 127  # symmetric 8-bit weights, stored as int8 with zero point 0
 SMOOTHING = 0.5  # SmoothQuant alpha: m_k = max|X_k|^a / max|W_k|^(1-a)
 
 
@@ -94,22 +93,21 @@ def rewrite_weight_matmuls(model: onnx.ModelProto, names, rewrite, consts: dict[
     return out
 
 
-def stored_weight(w: np.ndarray, prefix: str, weights_u8: bool = True,
-                  levels: int | None = None) -> dict[str, np.ndarray]:
-    """The initializers of a quantized (K, F) weight: ``prefix.w`` (uint8 with zero point 128, or
-    int8), ``prefix.wz`` its zero point and ``prefix.c`` the per-column scales (F,).
-    levels: the largest magnitude (default 127 for uint8, 63 for int8: u8 x s8 runs on
-    VPMADDUBSW without VNNI, whose int16 pair sums saturate with 8-bit weights)."""
-    wq, col = quantize_weight(w, levels or (WEIGHT_LEVELS if weights_u8 else 63))
+def stored_weight(w: np.ndarray, prefix: str, weights_u8: bool = False,
+                  levels: int = WEIGHT_LEVELS) -> dict[str, np.ndarray]:
+    """The initializers of a quantized (K, F) weight: ``prefix.w`` (int8 with zero point 0, or
+    the same integers as uint8 with zero point 128), ``prefix.wz`` its zero point and ``prefix.c``
+    the per-column scales (F,). levels: the largest magnitude."""
+    wq, col = quantize_weight(w, levels)
     return {f"{prefix}.w": (wq.astype(np.int16) + 128).astype(np.uint8) if weights_u8 else wq,
             f"{prefix}.wz": np.array(128 if weights_u8 else 0, np.uint8 if weights_u8 else np.int8),
             f"{prefix}.c": col}
 
 
 def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
-                  keep_float: set[str] = frozenset(), weights_u8: bool = True,
+                  keep_float: set[str] = frozenset(), weights_u8: bool = False,
                   smooth: dict[str, np.ndarray | None] | None = None,
-                  act_levels: int = 255, weight_levels: int | None = None) -> onnx.ModelProto:
+                  act_levels: int = 255, weight_levels: int = WEIGHT_LEVELS) -> onnx.ModelProto:
     """A copy of ``model`` with every weight MatMul in zero_points, not in keep_float, rewritten.
 
     zero_points: MatMul node name -> the activation zero point (0..act_levels) its rows share.
@@ -229,9 +227,11 @@ def module_of(node: onnx.NodeProto) -> dict:
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
+    from ..int8_kernels import open_session
+
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return open_session(model, options, ["CPUExecutionProvider"])
 
 
 def quantize_int8_rows(source, target, feeds: list[dict], calibration: str,
@@ -269,7 +269,7 @@ def quantize_int8_rows(source, target, feeds: list[dict], calibration: str,
                      "reason": f"calibration min cosine {cosine:.5f} < {floor} with it in int8, and its "
                                f"simulated int8 error {errors[name]:.4f} was the largest left"})
     onnx.save_model(quantized, str(target))
-    return {"scheme": "per-row dynamic uint8 activations, SmoothQuant a=0.5, per-column uint8 weights, "
+    return {"scheme": "per-row dynamic uint8 activations, SmoothQuant a=0.5, per-column int8 weights, "
                       "MatMulIntegerToFloat",
             "calibration": calibration, "floor": floor, "calibration_min_cosine": round(cosine, 6),
             "int8_matmuls": len(matmuls) - len(kept), "float_matmuls": kept}

@@ -15,6 +15,7 @@ import onnxruntime as ort
 from .. import contract
 from ..config import EncoderConfig
 from ..errors import ConfigError, ModelFileError, ParityError
+from ..int8_kernels import open_session
 from ..models import Encoder, Loaded, build_encoder, load_any
 from ..modelfile import ModelFile, check_weights, read_model_file, tokenizer_path
 from ..text import check_tokenizer
@@ -130,8 +131,9 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     step("parity grid against the reference")
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(model_file.path), options, providers=["CPUExecutionProvider"])
-    report = run_parity(session, eager_runner(reference), model_file.config, file_dtype(model_file))
+    dtype = file_dtype(model_file)
+    session = open_session(model_file.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
+    report = run_parity(session, eager_runner(reference), model_file.config, dtype)
     if tokenizer is not None and compared_output(model_file.config) is not None:
         step("real sentences against the reference")  # recorded as at export, not gated
         report["text"] = text_parity(session, eager_runner(reference), model_file.config, tokenizer,

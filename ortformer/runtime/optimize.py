@@ -19,6 +19,7 @@ import onnxruntime as ort
 from .. import contract
 from ..errors import ModelFileError
 from ..fsutil import copy_atomic, staged
+from ..int8_kernels import open_session
 from ..modelfile import ModelFile, check_weights, read_model_file, tensors_digest, tokenizer_path
 from ..parity import GATES, compare, fold_worst, grid, make_inputs, passes
 
@@ -105,7 +106,7 @@ def _compare(original: Path, optimized: Path, cfg, dtype: str) -> dict:
     def session(path: Path, level) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.graph_optimization_level = level
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return open_session(path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
 
     saved = session(optimized, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     references = {"rewritten": session(original, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),

@@ -20,6 +20,7 @@ import onnxruntime as ort
 from .. import contract
 from ..checks import check_int
 from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
+from ..int8_kernels import open_session
 from . import providers
 from .batching import length_batches, pad
 from ..chunkfile import MAX_CHUNK_SIZE
@@ -89,6 +90,8 @@ class Runtime:
         self.metadata: dict[str, str] = dict(self.model_file.metadata)
         self.parity: dict = self.model_file.parity
         self.source: str = self.model_file.source
+        # int8 weights are made unsigned at session start where this CPU's u8 x s8 GEMM saturates
+        self._int8: bool = contract.META_INT8 in self.metadata
 
         if session_options is not None and not isinstance(session_options, ort.SessionOptions):
             raise InputError(f"session_options must be an onnxruntime.SessionOptions, got "
@@ -140,12 +143,12 @@ class Runtime:
         """A session for `wanted` providers; if CUDA makes creation itself fail (rather than
         being skipped), retry on CPU and return the CUDA error as the reason."""
         try:
-            return ort.InferenceSession(str(self.path), options, providers=wanted), None
+            return open_session(self.path, options, wanted, int8=self._int8), None
         except Exception as exc:  # onnxruntime's exceptions share no base class but Exception
             first = exc
         if wanted != [providers.CPU_EP]:
             try:
-                session = ort.InferenceSession(str(self.path), options, providers=[providers.CPU_EP])
+                session = open_session(self.path, options, [providers.CPU_EP], int8=self._int8)
             except Exception:
                 pass
             else:
