@@ -13,7 +13,7 @@ import click
 
 from ..scale.ray_batch import BATCH_PROVIDERS
 from .common import CliError, check_output
-from ..scale.triton import DEVICES, MODEL_FILENAME, VERSION, write_triton_repo
+from ..scale.triton import DEVICES, INT8_KERNELS, MODEL_FILENAME, VERSION, write_triton_repo
 
 
 @click.command("triton-repo")
@@ -24,8 +24,11 @@ from ..scale.triton import DEVICES, MODEL_FILENAME, VERSION, write_triton_repo
               help="Largest batch Triton's dynamic batcher forms.")
 @click.option("--device", type=click.Choice(sorted(DEVICES)), default="cpu", show_default=True,
               help="Instance kind: KIND_CPU or KIND_GPU.")
+@click.option("--int8-kernel", type=click.Choice(INT8_KERNELS), default="portable", show_default=True,
+              help="int8 files only: 'portable' writes the weights as uint8 (exact on any server CPU); 'vnni' "
+                   "keeps them int8 (faster, but wrong on x86 servers without AVX512-VNNI / AVX-VNNI).")
 @click.option("--force", is_flag=True, help="Replace an existing entry of that name.")
-def triton_repo_command(model, repo, name, max_batch_size, device, force):
+def triton_repo_command(model, repo, name, max_batch_size, device, int8_kernel, force):
     """Write MODEL into a Triton Inference Server model repository (onnxruntime backend).
 
     Writes REPO/NAME/config.pbtxt (inputs, outputs and dims from the model's graph,
@@ -36,9 +39,11 @@ def triton_repo_command(model, repo, name, max_batch_size, device, force):
     Examples:
       ortformer triton-repo tiny.onnx --repo models
       ortformer triton-repo m.onnx --repo models --name encoder --device gpu --max-batch-size 32 --force
+      ortformer triton-repo m8.onnx --repo models --int8-kernel vnni   # servers with VNNI only
     """
     check_output(repo, force=force, option="--repo", folder=True)
-    entry = write_triton_repo(model, repo, name=name, max_batch_size=max_batch_size, device=device, force=force)
+    entry = write_triton_repo(model, repo, name=name, max_batch_size=max_batch_size, device=device, force=force,
+                              int8_kernel=int8_kernel)
     click.echo(f"wrote {entry}/config.pbtxt and {entry}/{VERSION}/{MODEL_FILENAME}")
     extras = sorted(p.name for p in entry.iterdir() if p.is_file() and not p.is_symlink() and p.name != "config.pbtxt")
     for extra in extras:  # the tokenizer, at the path clients load it from

@@ -34,6 +34,9 @@ PLATFORM = "onnxruntime_onnx"
 VERSION = "1"  # Triton serves the highest numeric version folder; we write one
 MODEL_FILENAME = "model.onnx"  # Triton's default_model_filename for onnxruntime_onnx
 DEVICES = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
+# int8 files: "portable" writes the weights as uint8 + 128 (exact on every CPU), "vnni" as
+# exported (int8: faster, but only exact where the server's CPU has VNNI; ortformer/int8_kernels.py)
+INT8_KERNELS = ("portable", "vnni")
 # element type (as ortformer.modelfile names it) -> Triton DataType; every type the
 # model-file reader accepts on an input or output has an entry
 TRITON_DTYPES = {"int64": "TYPE_INT64", "float32": "TYPE_FP32", "float16": "TYPE_FP16"}
@@ -76,7 +79,7 @@ def triton_config(onnx_path: str | os.PathLike, name: str, max_batch_size: int =
 
 def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike, name: str | None = None,
                       max_batch_size: int = 64, device: str = "cpu", force: bool = False, *,
-                      max_queue_delay_us: int = DEFAULT_QUEUE_DELAY_US) -> Path:
+                      max_queue_delay_us: int = DEFAULT_QUEUE_DELAY_US, int8_kernel: str = "portable") -> Path:
     """Write ``repo_dir/NAME/{config.pbtxt, 1/model.onnx}``; return ``repo_dir/NAME``.
 
     name: the Triton model name, default the file's stem (``tiny.onnx`` -> ``tiny``).
@@ -84,6 +87,10 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     config.pbtxt then leaves out the batch axis. device: "cpu" or "gpu" (instance kind).
     force: replace an existing ``repo_dir/NAME`` entry (files are swapped one by one,
     atomically, so a running server never sees a half-written model).
+    int8_kernel: for an int8 file, "portable" (default) writes its weights as uint8 + 128:
+    the same integers, exact on any server CPU; "vnni" copies them as exported (int8), which
+    runs faster but saturates, giving wrong values, on x86 CPUs without VNNI. Triton's
+    onnxruntime backend runs the file as written, so the choice is made here, not at load.
 
     Raises ModelFileError when the file is not a readable ortformer model, OutputError
     for a bad name, device, batch size or an existing entry without ``force``.
@@ -92,7 +99,10 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
     name = check_name(src.stem if name is None else name)
     max_batch_size, device = _check_batch(max_batch_size), _check_device(device)
     max_queue_delay_us = _check_delay(max_queue_delay_us)
+    if int8_kernel not in INT8_KERNELS:
+        raise OutputError(f"int8_kernel={int8_kernel!r}; valid: {', '.join(map(repr, INT8_KERNELS))}")
     model = read_model_file(src)  # format, contract, and every side file inside the model's folder
+    portable = _portable_int8(model) if int8_kernel == "portable" else None
     text = _render(model, name, max_batch_size, device, max_queue_delay_us)
     data_files = model.external_data
     tokenizer = _tokenizer(model)
@@ -128,7 +138,10 @@ def write_triton_repo(onnx_path: str | os.PathLike, repo_dir: str | os.PathLike,
         # inside the version folder too, where the model's metadata says it is, so that
         # 1/model.onnx stays a complete ortformer model (Runtime, `ortformer info`)
         _atomic_copy(tokenizer[1], version_dir / tokenizer[0])
-    _atomic_copy(src, version_dir / MODEL_FILENAME)
+    if portable is not None:
+        _atomic_write(version_dir / MODEL_FILENAME, portable)
+    else:
+        _atomic_copy(src, version_dir / MODEL_FILENAME)
     for rel in old_data - set(data_files):
         stale = version_dir / rel
         # only ever delete inside the version folder
@@ -221,6 +234,28 @@ def _render(model: ModelFile, name: str, max_batch_size: int, device: str, delay
 # ----------------------------------------------------------------------- side files
 
 
+def _portable_int8(model: ModelFile) -> bytes | None:
+    """The model's bytes with its int8 weights as uint8 + 128 and the weights digest it records
+    redone; None when it holds no int8 weights (copied as it is)."""
+    if contract.META_INT8 not in model.metadata:
+        return None
+    import onnx
+
+    from ..int8_kernels import unsigned_weights
+    from ..modelfile import tensors_digest
+
+    if model.external_data:
+        raise OutputError(f"{model.path} keeps int8 weights in a side file; the portable copy handles "
+                          "inline models (pass int8_kernel='vnni' / --int8-kernel vnni to copy it as it is)")
+    proto = onnx.load(str(model.path))
+    if not unsigned_weights(proto):
+        return None
+    props = {p.key: p for p in proto.metadata_props}
+    if contract.META_WEIGHTS in props:  # the copy's own bytes, so `ortformer check` still verifies it
+        props[contract.META_WEIGHTS].value = tensors_digest(proto)
+    return proto.SerializeToString()
+
+
 def _old_data_files(path: Path) -> set[str]:
     """Data files the model already in the repository names (ours, written earlier)."""
     import onnx
@@ -252,7 +287,7 @@ def _atomic_copy(source: Path, dest: Path) -> None:
         raise OutputError(f"cannot copy {source} to {dest}: {exc.strerror or exc}") from None
 
 
-def _atomic_write(dest: Path, text: str) -> None:
+def _atomic_write(dest: Path, text: str | bytes) -> None:
     try:
         write_atomic(dest, text)
     except OSError as exc:

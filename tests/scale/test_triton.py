@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from ortformer import contract
-from ortformer.config import EncoderConfig
+from ortformer.config import EncoderConfig, preset
 from ortformer.errors import ModelFileError, OutputError
 from ortformer.scale import write_triton_repo
 
@@ -259,3 +259,39 @@ def test_triton_writer_and_scale_cli_work_without_torch(text_model, tmp_path):
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "tiny"
+
+
+@pytest.fixture(scope="module")
+def int8_model(tmp_path_factory) -> Path:
+    from ortformer.exporter import export
+
+    path = tmp_path_factory.mktemp("int8") / "tiny8.onnx"
+    export(preset("tiny"), path, quantize="int8")
+    return path
+
+
+def _weight_types(path: Path) -> set[int]:
+    return {t.data_type for t in onnx.load(str(path)).graph.initializer if t.name.endswith(".i8.w")}
+
+
+def test_int8_entries_are_portable_unless_asked_for_vnni(int8_model, tmp_path):
+    """A Triton server runs the file as written: by default its int8 weights become uint8 + 128
+    (exact on CPUs without VNNI), with the same outputs and a weights digest that still checks."""
+    from ortformer.modelfile import check_weights, read_model_file
+    from ortformer.runtime import Runtime
+
+    portable = write_triton_repo(int8_model, tmp_path / "a") / "1" / "model.onnx"
+    kept = write_triton_repo(int8_model, tmp_path / "b", int8_kernel="vnni") / "1" / "model.onnx"
+    assert _weight_types(int8_model) == _weight_types(kept) == {onnx.TensorProto.INT8}
+    assert _weight_types(portable) == {onnx.TensorProto.UINT8}
+    assert kept.read_bytes() == int8_model.read_bytes()
+    assert check_weights(read_model_file(portable)) == "ok"
+    ids = np.random.default_rng(0).integers(0, 100, size=(3, 17))
+    want = Runtime(int8_model, "cpu").run(input_ids=ids)
+    for name, value in Runtime(portable, "cpu").run(input_ids=ids).items():
+        np.testing.assert_array_equal(value, want[name])
+
+
+def test_a_bad_int8_kernel_is_refused(int8_model, tmp_path):
+    with pytest.raises(OutputError, match="'portable', 'vnni'"):
+        write_triton_repo(int8_model, tmp_path, int8_kernel="avx2")
