@@ -24,6 +24,7 @@ from ortformer.exporter import export
 from ortformer.exporter.int8 import WEIGHT_LEVELS, capture, quantize_rows, smoothing, weight_matmuls, zero_point
 from int8_static import Static, activation_range, quantize_static
 from ortformer.exporter.precision import calibration_feeds
+from ortformer.int8_kernels import open_session
 from ortformer.parity import make_inputs, Case, row_cosines, run_parity
 from ortformer.runtime import Runtime
 
@@ -88,7 +89,7 @@ def gate(path: Path, reference: Path, cfg) -> float:
     opts.log_severity_level = 3
     ref = ort.InferenceSession(str(reference), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in ref.get_outputs()]
-    report = run_parity(ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]),
+    report = run_parity(open_session(path, opts, ["CPUExecutionProvider"]),  # as Runtime runs it on this CPU
                         lambda feeds: dict(zip(names, ref.run(names, feeds))), cfg, "int8")
     worst = 1.0
     for case in report["cases"]:
@@ -171,7 +172,7 @@ def bert_base(work: Path, args) -> list[dict]:
     for name in args.schemes:
         path = work / f"bert_{name}.onnx"
         onnx.save(build(model, calib, kind, **SCHEMES[name]), str(path))
-        q = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        q = open_session(path, opts, ["CPUExecutionProvider"])
         speed = interleaved({"float": lambda: f32.run(None, x), "int8": lambda: q.run(None, x)}, args.rounds * 4)
         rows.append({"model": "bert-base shape B1 N128", "scheme": name,
                      "float_s": speed["float"], "int8_s": speed["int8"], "speedup": speed["float"] / speed["int8"]})

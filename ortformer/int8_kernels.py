@@ -21,19 +21,18 @@ import functools
 import platform
 from pathlib import Path
 
-# the MatMuls whose second input (B) and its zero point (input 3 of MatMulInteger,
-# 5 of MatMulIntegerToFloat) are the quantized weight
-_B_ZERO_POINT = {"MatMulInteger": 3, "MatMulIntegerToFloat": 5}
-# cpuinfo flags of the x86 extensions whose uint8 x int8 products accumulate in int32
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+# (domain, op) -> the input index of B's zero point; B, the quantized weight, is input 1
+_INTEGER_MATMULS = {("", "MatMulInteger"): 3, ("ai.onnx", "MatMulInteger"): 3,
+                    ("com.microsoft", "MatMulIntegerToFloat"): 5}
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
 
 
 def signed_int8_exact(machine: str | None = None, cpuinfo: str | None = None) -> bool:
-    """True when onnxruntime's uint8 x int8 GEMM is exact on this CPU: not x86 (ARM's
-    kernels widen or use SDOT/UDOT), or x86 with a VNNI flag. An x86 CPU whose flags
-    cannot be read (no /proc/cpuinfo) counts as without: the rewrite is exact anyway.
-    machine / cpuinfo: for tests; default platform.machine() and /proc/cpuinfo."""
+    """True when onnxruntime's uint8 x int8 GEMM is exact on this CPU: not x86 (ARM's kernels
+    widen or use SDOT/UDOT), or x86 whose kernel is VNNI's: AVX512-VNNI, or AVX-VNNI on a CPU
+    without AVX512BW (MLAS prefers its AVX512BW kernel, VPMADDUBSW, over AVX-VNNI's). An x86
+    CPU whose flags cannot be read (no /proc/cpuinfo) counts as without: the rewrite is exact
+    anyway. machine / cpuinfo: for tests; default platform.machine() and /proc/cpuinfo."""
     if machine is None and cpuinfo is None:
         return _this_cpu_exact()
     machine = (machine if machine is not None else platform.machine()).lower()
@@ -42,7 +41,8 @@ def signed_int8_exact(machine: str | None = None, cpuinfo: str | None = None) ->
     for line in (cpuinfo or "").splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "flags":
-            return not VNNI_FLAGS.isdisjoint(value.split())
+            flags = set(value.split())
+            return "avx512_vnni" in flags or ("avx_vnni" in flags and "avx512bw" not in flags)
     return False
 
 
@@ -55,51 +55,111 @@ def _this_cpu_exact() -> bool:
     return signed_int8_exact(platform.machine(), cpuinfo)
 
 
+def _subgraph_reads(node) -> set[str]:
+    """Every tensor name read by the nodes of node's subgraphs (If / Loop / Scan bodies), nested too."""
+    found: set[str] = set()
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+            for inner in graph.node:
+                found.update(i for i in inner.input if i)
+                found |= _subgraph_reads(inner)
+    return found
+
+
 def unsigned_weights(model) -> int:
-    """Rewrite in place every int8 weight of the model's MatMulInteger / MatMulIntegerToFloat
-    nodes (a constant B with a constant int8 zero point, or none) as uint8 + 128 with zero
-    point + 128. A tensor that anything else also reads is left as it is. Returns how many
-    weights changed."""
+    """Rewrite in place the int8 weights of the model's MatMulInteger / MatMulIntegerToFloat
+    nodes as uint8 + 128, their zero points + 128 (a missing one, 0, becomes 128): the same
+    integers (B - zero point) in every product. Returns how many weights changed.
+
+    Only constants that nothing else can see change: B and its zero point must be int8
+    initializers, not graph inputs (a caller could feed int8 over them) or outputs, and read
+    only as B / zero point by such nodes of the top-level graph (not inside a subgraph).
+    Nodes that share a weight or a zero point change together or not at all.
+    """
+    from collections import defaultdict
+
     import numpy as np
     from onnx import TensorProto, numpy_helper
 
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    roles: dict[str, set[str]] = {}  # tensor -> how nodes read it: "b", "b_zero" or "other"
-    for node in graph.node:
-        zp_at = _B_ZERO_POINT.get(node.op_type) if node.domain in ("", "com.microsoft") else None
+    nodes = list(graph.node)
+    zero_at = {i: _INTEGER_MATMULS[(n.domain, n.op_type)] for i, n in enumerate(nodes)
+               if (n.domain, n.op_type) in _INTEGER_MATMULS and len(n.input) > 1}
+
+    def zero_of(i: int) -> str:
+        return nodes[i].input[zero_at[i]] if len(nodes[i].input) > zero_at[i] else ""
+
+    readers: dict[str, set[tuple[int, str]]] = defaultdict(set)  # tensor -> {(node, "b" / "zero" / "other")}
+    for i, node in enumerate(nodes):
         for at, name in enumerate(node.input):
-            role = "b" if zp_at and at == 1 else "b_zero" if zp_at and at == zp_at else "other"
-            roles.setdefault(name, set()).add(role)
-    graph_outputs = {o.name for o in graph.output}
+            if name:
+                role = "b" if i in zero_at and at == 1 else "zero" if i in zero_at and at == zero_at[i] else "other"
+                readers[name].add((i, role))
+        for name in _subgraph_reads(node):
+            readers[name].add((i, "other"))
+    visible = {v.name for v in graph.input} | {v.name for v in graph.output}
 
-    def only(name: str, role: str) -> bool:
-        return roles.get(name) == {role} and name not in graph_outputs
+    def int8_constant(name: str) -> bool:
+        return name in inits and inits[name].data_type == TensorProto.INT8 and name not in visible
 
+    # group the nodes linked through shared weights or zero points (union-find)
+    parent = {i: i for i in zero_at}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for name in {t for i in zero_at for t in (nodes[i].input[1], zero_of(i)) if t}:
+        linked = [i for i, _ in readers[name] if i in zero_at]
+        for i in linked[1:]:
+            parent[root(i)] = root(linked[0])
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i in zero_at:
+        groups[root(i)].append(i)
+
+    def rewritable(group: list[int]) -> bool:
+        members = set(group)
+        for i in group:
+            weight, zero = nodes[i].input[1], zero_of(i)
+            for name, role in ((weight, "b"), (zero, "zero")) if zero else ((weight, "b"),):
+                if not int8_constant(name) or any(j not in members or r != role for j, r in readers[name]):
+                    return False
+        return True
+
+    taken = set(inits) | {o for n in nodes for o in n.output} | set(readers) | visible
     shifted: set[str] = set()
-    for node in graph.node:
-        zp_at = _B_ZERO_POINT.get(node.op_type) if node.domain in ("", "com.microsoft") else None
-        if zp_at is None or len(node.input) < 2 or node.input[1] not in inits:
+    weights = 0
+    for group in groups.values():
+        if not rewritable(group):
             continue
-        weight = inits[node.input[1]]
-        zero_name = node.input[zp_at] if len(node.input) > zp_at else ""
-        zero = inits.get(zero_name) if zero_name else None
-        if weight.data_type != TensorProto.INT8 or not only(weight.name, "b") or (
-                zero_name and (zero is None or zero.data_type != TensorProto.INT8 or not only(zero_name, "b_zero"))):
-            continue  # unsigned already, shared with other readers, or a zero point computed in the graph
-        for tensor in (weight, zero):
-            if tensor is not None and tensor.name not in shifted:
-                values = (numpy_helper.to_array(tensor).astype(np.int16) + 128).astype(np.uint8)
-                tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
-                shifted.add(tensor.name)
-        if zero is None:  # no zero point means 0; unsigned, that is 128
-            name = f"{weight.name}.zero_point_u8"
-            if name not in inits:
-                inits[name] = numpy_helper.from_array(np.array(128, np.uint8), name)
-                graph.initializer.append(inits[name])
-            node.input.extend([""] * (zp_at + 1 - len(node.input)))
-            node.input[zp_at] = name
-    return sum(1 for name in shifted if roles.get(name) == {"b"})
+        for i in group:
+            node = nodes[i]
+            for name in (node.input[1], zero_of(i)):
+                if name and name not in shifted:
+                    tensor = inits[name]
+                    values = (numpy_helper.to_array(tensor).astype(np.int16) + 128).astype(np.uint8)
+                    tensor.CopyFrom(numpy_helper.from_array(values, name))
+                    shifted.add(name)
+                    weights += name == node.input[1]
+            if not zero_of(i):  # no zero point means 0; unsigned, that is 128
+                name, n = f"{node.input[1]}.zero_point_u8", 0
+                while name in taken and name not in shifted:
+                    n += 1
+                    name = f"{node.input[1]}.zero_point_u8_{n}"
+                if name not in shifted:
+                    graph.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), name))
+                    taken.add(name)
+                    shifted.add(name)
+                node.input.extend([""] * (zero_at[i] + 1 - len(node.input)))
+                node.input[zero_at[i]] = name
+    if shifted:  # recorded types of the changed tensors would now be wrong: onnxruntime infers them again
+        kept = [v for v in graph.value_info if v.name not in shifted]
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
+    return weights
 
 
 def open_session(path, options, providers: list, *, int8: bool = True, exact: bool | None = None):

@@ -4,7 +4,7 @@ imports form no circle.
 
 Layers, bottom to top (the README's Layout section): errors/fsutil and the leaves (_version,
 corpus, checks) -> config/text -> contract/cost -> models/parity -> the model file
-(onnxfile, modelfile, chunkfile) -> runtime -> exporter -> bench/scale -> cli.
+(onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale -> cli.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ LAYERS = [
     ("config", "text"),
     ("contract", "cost"),
     ("models", "parity"),
-    ("onnxfile", "modelfile", "chunkfile"),
+    ("onnxfile", "modelfile", "chunkfile", "int8_kernels"),
     ("runtime",),
     ("exporter",),
     ("bench", "scale"),

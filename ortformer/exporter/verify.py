@@ -132,7 +132,8 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     dtype = file_dtype(model_file)
-    session = open_session(model_file.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
+    session = open_session(model_file.path, options, ["CPUExecutionProvider"],
+                           int8=contract.META_INT8 in model_file.metadata)
     report = run_parity(session, eager_runner(reference), model_file.config, dtype)
     if tokenizer is not None and compared_output(model_file.config) is not None:
         step("real sentences against the reference")  # recorded as at export, not gated

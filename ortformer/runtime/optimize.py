@@ -83,7 +83,8 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
             model.metadata_props.add(key=key, value=metadata[key])
         onnx.save(model, str(tmp))
         dtype = source.parity.get("dtype", "float32")
-        check = _compare(source.path, tmp, source.config, dtype if dtype in GATES else "float32")
+        check = _compare(source.path, tmp, source.config, dtype if dtype in GATES else "float32",
+                         int8=contract.META_INT8 in source.metadata)
         if not check["passed"]:
             raise ModelFileError(f"the optimized graph differs from the original beyond its gate "
                                  f"(parity.GATES['optimized'] = {GATES['optimized']}, and the file's dtype gate "
@@ -93,7 +94,7 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
     return check
 
 
-def _compare(original: Path, optimized: Path, cfg, dtype: str) -> dict:
+def _compare(original: Path, optimized: Path, cfg, dtype: str, int8: bool = False) -> dict:
     """The saved graph, run as Runtime runs it on CPU (no rewrites at session start), on the
     parity grid's inputs against two references; max_abs and min_cosine over every case and
     output against each:
@@ -106,7 +107,7 @@ def _compare(original: Path, optimized: Path, cfg, dtype: str) -> dict:
     def session(path: Path, level) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.graph_optimization_level = level
-        return open_session(path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
+        return open_session(path, options, ["CPUExecutionProvider"], int8=int8)
 
     saved = session(optimized, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     references = {"rewritten": session(original, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),

@@ -15,6 +15,7 @@ server polling the repository sees the old model or the complete new one.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -245,12 +246,16 @@ def _portable_int8(model: ModelFile) -> bytes | None:
     from ..modelfile import tensors_digest
 
     if model.external_data:
-        raise OutputError(f"{model.path} keeps int8 weights in a side file; the portable copy handles "
-                          "inline models (pass int8_kernel='vnni' / --int8-kernel vnni to copy it as it is)")
+        raise OutputError(f"{model.path} keeps int8 weights in a side file; the portable copy handles inline "
+                          "models (ortformer's int8 exports are inline: export it again), or pass "
+                          "int8_kernel='vnni' (--int8-kernel vnni) if every server CPU has AVX512-VNNI")
     proto = onnx.load(str(model.path))
     if not unsigned_weights(proto):
         return None
     props = {p.key: p for p in proto.metadata_props}
+    record = json.loads(props[contract.META_INT8].value)  # read_model_file checked it is a JSON object
+    record["weights"] = "uint8 + 128, written by triton-repo --int8-kernel portable"
+    props[contract.META_INT8].value = json.dumps(record)
     if contract.META_WEIGHTS in props:  # the copy's own bytes, so `ortformer check` still verifies it
         props[contract.META_WEIGHTS].value = tensors_digest(proto)
     return proto.SerializeToString()

@@ -3,6 +3,7 @@ field by field against the ONNX graph; names, overwrites and foreign files refus
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -286,6 +287,7 @@ def test_int8_entries_are_portable_unless_asked_for_vnni(int8_model, tmp_path):
     assert _weight_types(portable) == {onnx.TensorProto.UINT8}
     assert kept.read_bytes() == int8_model.read_bytes()
     assert check_weights(read_model_file(portable)) == "ok"
+    assert "portable" in json.loads(read_model_file(portable).metadata[contract.META_INT8])["weights"]
     ids = np.random.default_rng(0).integers(0, 100, size=(3, 17))
     want = Runtime(int8_model, "cpu").run(input_ids=ids)
     for name, value in Runtime(portable, "cpu").run(input_ids=ids).items():
