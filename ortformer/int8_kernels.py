@@ -162,6 +162,23 @@ def unsigned_weights(model) -> int:
     return weights
 
 
+def kernel_here(model) -> str | None:
+    """Which integer GEMM this CPU runs for the model's integer MatMuls, in words; None without any."""
+    from onnx import TensorProto
+
+    inits = {t.name: t.data_type for t in model.graph.initializer}
+    types = {inits.get(n.input[1]) for n in model.graph.node
+             if (n.domain, n.op_type) in _INTEGER_MATMULS and len(n.input) > 1}
+    if not types:
+        return None
+    if TensorProto.INT8 not in types:
+        return "uint8 x uint8 (the file stores uint8 weights)"
+    if signed_int8_exact():
+        return "uint8 x int8 (this CPU has VNNI: exact int32 sums)"
+    return ("uint8 x uint8: the int8 weights become uint8 + 128 at load, the same integers (this CPU has "
+            "no VNNI, where uint8 x int8 saturates)")
+
+
 def open_session(path, options, providers: list, *, int8: bool = True, exact: bool | None = None):
     """onnxruntime.InferenceSession for the model file at ``path`` (or a ModelProto), with int8
     weights made unsigned first where this CPU's uint8 x int8 GEMM saturates.

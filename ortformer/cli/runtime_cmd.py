@@ -414,6 +414,8 @@ def info(ctx, model, as_json, sequence_length):
         for k in kept:
             where = f"{k['module']} ({k['node']})" if k.get("module") else k["node"]
             click.echo(f"              {where}: {k['reason']}")
+        if record.get("kernel"):
+            click.echo(f"            kernel on this CPU: {record['kernel']}")
     usable, reason = report["providers"]["usable"], report["providers"]["cuda_unusable_reason"]
     click.echo(f"providers   usable here: {', '.join(usable)}" + (f" (cuda: {reason})" if reason else ""))
     click.echo(f"            onnxruntime {onnxruntime.__version__} offers {', '.join(report['providers']['available'])}")

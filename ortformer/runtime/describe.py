@@ -17,6 +17,18 @@ from .session import Runtime, TextUnavailableWarning
 DEFAULT_FLOPS_SEQUENCE = 128
 
 
+def _int8(runtime: Runtime) -> dict | None:
+    """The file's int8 record (validated on read) and "kernel": the GEMM this CPU runs for it."""
+    if contract.META_INT8 not in runtime.metadata:
+        return None
+    import onnx
+
+    from ..int8_kernels import kernel_here
+
+    model = onnx.load(str(runtime.path), load_external_data=False)  # the graph and inline weights' types
+    return {**json.loads(runtime.metadata[contract.META_INT8]), "kernel": kernel_here(model)}
+
+
 def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dict:
     """Config, files, inputs/outputs, parameters, FLOPs at ``sequence_length`` tokens
     (default min(128, max_positions)), the parity report and the providers usable here.
@@ -62,7 +74,7 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "max_sequence": cfg.max_sequence,  # the longest sequence the model takes
         "parity": runtime.parity,
         # int8 files: the scheme and the weight MatMuls kept in float, with why (validated on read)
-        "int8": json.loads(runtime.metadata[contract.META_INT8]) if contract.META_INT8 in runtime.metadata else None,
+        "int8": _int8(runtime),
         # files from `ortformer optimize`: the onnxruntime and provider they were optimized for
         "optimized": _optimized(runtime.metadata),
         "providers": {

@@ -14,6 +14,7 @@ from ortformer.errors import ModelFileError
 from ortformer.exporter import export
 from ortformer.exporter.int8 import quantize_int8_rows, weight_matmuls
 from ortformer.exporter.precision import calibration_feeds
+from ortformer.int8_kernels import signed_int8_exact
 from ortformer.parity import row_cosines
 from ortformer.runtime import Runtime
 from ortformer.modelfile import read_model_file
@@ -76,6 +77,9 @@ def test_info_prints_the_int8_record(int8_file, tmp_path):
     assert "int8        per-row dynamic uint8 activations" in out and "MatMulIntegerToFloat" in out
     record = json.loads(invoke("info", int8_file, "--json"))["int8"]
     assert record["float_matmuls"] == [] and record["int8_matmuls"] == 2 * preset("tiny").num_layers * 2
+    # the GEMM this CPU runs: int8 weights as stored (VNNI), or rewritten as uint8 + 128
+    assert ("uint8 x int8" if signed_int8_exact() else "uint8 + 128") in record.pop("kernel")
+    assert "kernel on this CPU: uint8 x " in out
     model = onnx.load(str(int8_file))  # a file that kept one MatMul float: info names its module
     kept = {"node": "node_MatMul_47", "module": "blocks.0.ffn.down", "reason": "its error was the largest"}
     for prop in model.metadata_props:
