@@ -38,21 +38,27 @@ def signed_int8_exact(machine: str | None = None, cpuinfo: str | None = None) ->
     machine = (machine if machine is not None else platform.machine()).lower()
     if machine not in X86:
         return True
-    for line in (cpuinfo or "").splitlines():
+    flags = cpu_flags(cpuinfo or "")
+    return "avx512_vnni" in flags or ("avx_vnni" in flags and "avx512bw" not in flags)
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The x86 feature flags /proc/cpuinfo lists (or ``cpuinfo``'s text); empty where unreadable."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "flags":
-            flags = set(value.split())
-            return "avx512_vnni" in flags or ("avx_vnni" in flags and "avx512bw" not in flags)
-    return False
+            return frozenset(value.split())
+    return frozenset()
 
 
 @functools.lru_cache(maxsize=1)
 def _this_cpu_exact() -> bool:
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        cpuinfo = ""
-    return signed_int8_exact(platform.machine(), cpuinfo)
+    return signed_int8_exact(platform.machine(), "flags: " + " ".join(cpu_flags()))
 
 
 def _subgraph_reads(node) -> set[str]:

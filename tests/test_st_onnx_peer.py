@@ -12,7 +12,7 @@ import pytest
 
 from ortformer.bench import overlay
 from ortformer.bench.st_onnx_peer import StOnnxWorker, WorkerError, start_st_onnx, st_onnx_runners, worker_env
-from ortformer.bench.st_onnx_worker import handle, parse_command
+from ortformer.bench.st_onnx_worker import handle, int8_config, parse_command
 from ortformer.errors import InputError, OrtformerError
 
 
@@ -166,3 +166,14 @@ def test_st_onnx_backend_matches_sentence_transformers_eager(tmp_path):
         assert worker.names == ["st_onnx", "st_onnx_O3", "st_onnx_int8"]
         cosine = {n: row_cosines(worker.embeddings(n, tmp_path / f"{n}.npy"), reference).min() for n in worker.names}
     assert cosine["st_onnx"] > 0.99999 and cosine["st_onnx_O3"] > 0.9999 and cosine["st_onnx_int8"] > 0.95
+
+
+@pytest.mark.parametrize("machine, flags, config", [
+    ("x86_64", {"avx2", "avx512bw", "avx512_vnni"}, "avx512_vnni"),
+    ("x86_64", {"avx2", "avx512bw"}, "avx512"),
+    ("x86_64", {"avx2"}, "avx2"),
+    ("aarch64", set(), "arm64"),
+])
+def test_the_int8_peer_uses_the_preset_for_its_cpu(machine, flags, config):
+    """sentence-transformers' dynamic int8 is timed as a user of this CPU would export it."""
+    assert int8_config(machine, frozenset(flags)) == config

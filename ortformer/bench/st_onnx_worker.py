@@ -29,7 +29,21 @@ from ..errors import InputError
 
 # name -> file under the model's onnx/ folder (None: the plain export, onnx/model.onnx);
 # the int8 file name follows the quantization scheme (quint8 in sentence-transformers 5)
-VARIANTS = {"st_onnx": None, "st_onnx_O3": "model_O3.onnx", "st_onnx_int8": "model_*int8_avx2.onnx"}
+VARIANTS = {"st_onnx": None, "st_onnx_O3": "model_O3.onnx", "st_onnx_int8": "model_*int8_{config}.onnx"}
+
+
+def int8_config(machine: str | None = None, flags: frozenset[str] | None = None) -> str:
+    """The sentence-transformers quantization config a user of this CPU would pick: arm64,
+    avx512_vnni, avx512 or avx2 (its four presets)."""
+    import platform
+
+    from ..int8_kernels import cpu_flags
+
+    machine = (machine or platform.machine()).lower()
+    if machine in ("arm64", "aarch64"):
+        return "arm64"
+    flags = cpu_flags() if flags is None else flags
+    return "avx512_vnni" if "avx512_vnni" in flags else "avx512" if "avx512bw" in flags else "avx2"
 COMMANDS = {"encode": 1, "embeddings": 2, "quit": 0}  # verb -> argument count
 BATCH_SIZE = 32
 
@@ -102,8 +116,9 @@ def peer_session_options(threads: int):
 
 
 def load_models(folder: Path, workdir: Path, threads: int) -> dict:
-    """The plain ONNX export of ``folder``, its O3 optimization and its dynamic int8 (avx2)
-    quantization, each exported once into ``workdir/minilm-st-onnx``, on the CPU provider."""
+    """The plain ONNX export of ``folder``, its O3 optimization and its dynamic int8 quantization
+    (the preset for this CPU: int8_config), each exported once into ``workdir/minilm-st-onnx``,
+    on the CPU provider."""
     import shutil
 
     from sentence_transformers import (SentenceTransformer, export_dynamic_quantized_onnx_model,
@@ -119,13 +134,15 @@ def load_models(folder: Path, workdir: Path, threads: int) -> dict:
         plain.save_pretrained(str(local))  # writes onnx/model.onnx, which O3 and int8 start from
     if not (onnx_dir / VARIANTS["st_onnx_O3"]).exists():
         export_optimized_onnx_model(plain, "O3", str(local))
-    if not list(onnx_dir.glob(VARIANTS["st_onnx_int8"])):
-        export_dynamic_quantized_onnx_model(plain, "avx2", str(local))
+    config = int8_config()
+    patterns = {name: VARIANTS[name].format(config=config) for name in ("st_onnx_O3", "st_onnx_int8")}
+    if not list(onnx_dir.glob(patterns["st_onnx_int8"])):
+        export_dynamic_quantized_onnx_model(plain, config, str(local))
     models = {"st_onnx": plain}
-    for name in ("st_onnx_O3", "st_onnx_int8"):
-        found = sorted(onnx_dir.glob(VARIANTS[name]))
+    for name, pattern in patterns.items():
+        found = sorted(onnx_dir.glob(pattern))
         if not found:
-            raise FileNotFoundError(f"no {VARIANTS[name]} in {onnx_dir} after the export")
+            raise FileNotFoundError(f"no {pattern} in {onnx_dir} after the export")
         models[name] = SentenceTransformer(str(local), device="cpu", backend="onnx",
                                            model_kwargs={**kwargs, "file_name": f"onnx/{found[0].name}"})
     return models
