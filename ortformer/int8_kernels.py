@@ -2,7 +2,7 @@
 
 ortformer's int8 files store their weights as int8 (symmetric, zero point 0), so that
 onnxruntime's MatMulIntegerToFloat runs its uint8 x int8 kernel. On x86 CPUs with
-VNNI (AVX512-VNNI, AVX-VNNI, AMX) that kernel accumulates each product in int32
+VNNI (AVX512-VNNI; AVX-VNNI without AVX512BW) that kernel accumulates each product in int32
 (VPDPBUSD) and is exact: measured 2.7-6x float32's MatMul at MiniLM's and bert-base's
 shapes, against 1.2-1.4x for uint8 x uint8. On AVX2 / AVX-512 CPUs without VNNI it
 runs on VPMADDUBSW, whose int16 sums of two products saturate: 255 * 127 * 2 > 32767,
