@@ -192,10 +192,10 @@ def open_session(path, options, providers: list, *, int8: bool = True, exact: bo
     exact: override the CPU check (tests; None = signed_int8_exact())."""
     import onnxruntime as ort
 
-    if exact is None:
-        exact = signed_int8_exact() or not int8
     in_memory = not isinstance(path, (str, Path))
-    if exact:
+    if in_memory:  # a proto says itself whether it has integer MatMuls: no copy of a float model
+        int8 = any((n.domain, n.op_type) in _INTEGER_MATMULS for n in path.graph.node)
+    if not int8 or (signed_int8_exact() if exact is None else exact):
         return ort.InferenceSession(path.SerializeToString() if in_memory else str(path), options, providers=providers)
     import onnx
 

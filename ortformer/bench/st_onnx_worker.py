@@ -44,6 +44,8 @@ def int8_config(machine: str | None = None, flags: frozenset[str] | None = None)
         return "arm64"
     flags = cpu_flags() if flags is None else flags
     return "avx512_vnni" if "avx512_vnni" in flags else "avx512" if "avx512bw" in flags else "avx2"
+
+
 COMMANDS = {"encode": 1, "embeddings": 2, "quit": 0}  # verb -> argument count
 BATCH_SIZE = 32
 

@@ -39,7 +39,7 @@ def triton_repo_command(model, repo, name, max_batch_size, device, int8_kernel, 
     Examples:
       ortformer triton-repo tiny.onnx --repo models
       ortformer triton-repo m.onnx --repo models --name encoder --device gpu --max-batch-size 32 --force
-      ortformer triton-repo m8.onnx --repo models --int8-kernel vnni
+      ortformer triton-repo m.onnx --repo models --int8-kernel vnni
     """
     check_output(repo, force=force, option="--repo", folder=True)
     entry = write_triton_repo(model, repo, name=name, max_batch_size=max_batch_size, device=device, force=force,
