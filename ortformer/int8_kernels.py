@@ -35,10 +35,12 @@ def signed_int8_exact(machine: str | None = None, cpuinfo: str | None = None) ->
     anyway. machine / cpuinfo: for tests; default platform.machine() and /proc/cpuinfo."""
     if machine is None and cpuinfo is None:
         return _this_cpu_exact()
-    machine = (machine if machine is not None else platform.machine()).lower()
-    if machine not in X86:
+    return _exact(machine if machine is not None else platform.machine(), cpu_flags(cpuinfo or ""))
+
+
+def _exact(machine: str, flags: frozenset[str]) -> bool:
+    if machine.lower() not in X86:
         return True
-    flags = cpu_flags(cpuinfo or "")
     return "avx512_vnni" in flags or ("avx_vnni" in flags and "avx512bw" not in flags)
 
 
@@ -58,7 +60,7 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def _this_cpu_exact() -> bool:
-    return signed_int8_exact(platform.machine(), "flags: " + " ".join(cpu_flags()))
+    return _exact(platform.machine(), cpu_flags())
 
 
 def _subgraph_reads(node) -> set[str]:
