@@ -297,3 +297,14 @@ def test_int8_entries_are_portable_unless_asked_for_vnni(int8_model, tmp_path):
 def test_a_bad_int8_kernel_is_refused(int8_model, tmp_path):
     with pytest.raises(OutputError, match="'portable', 'vnni'"):
         write_triton_repo(int8_model, tmp_path, int8_kernel="avx2")
+
+
+def test_a_portable_copy_of_an_int8_file_with_a_side_file_is_refused(int8_model, tmp_path):
+    """The portable copy rewrites inline weights only; the error names both ways out."""
+    path = tmp_path / "side8.onnx"
+    onnx.save(onnx.load(str(int8_model)), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="side8.data", size_threshold=0)
+    with pytest.raises(OutputError, match="side file.*export it again.*--int8-kernel vnni"):
+        write_triton_repo(path, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").rglob("model.onnx"))
+    assert write_triton_repo(path, tmp_path / "repo", int8_kernel="vnni").is_dir()
