@@ -12,12 +12,15 @@ batch. Here every MatMul ``Y = X W`` with a constant weight W (K, F) becomes
 
 so each row's scale is its own and a row's result never depends on its batch.
 z (one per MatMul) and m are constants calibrated at export on the float model's own
-activations (real text when a tokenizer is given, else random ids). Dividing the rows
-by s_r before a QuantizeLinear of scale 1 lets onnxruntime's MatMulIntegerToFloat
-(scalar activation scale only) do the GEMM, the int32 -> float cast and the column
-scales in one kernel with prepacked weights; only s_r is applied outside it. The
-earlier form (MatMulInteger, Cast, two Muls, reshapes to (M, K)) ran 1.1-1.2x float32
-against 1.3x for this one (benchmarks/int8_schemes.py).
+activations (real text when a tokenizer is given, else random ids). q is one
+QuantizeLinear in its blocked form (opset 21: one block of K per row, so s_r and z are
+(..., 1) tensors), and onnxruntime's MatMulIntegerToFloat (scalar activation scale only,
+here 1) does the GEMM, the int32 -> float cast and the column scales in one kernel with
+prepacked weights; only s_r is applied outside it. Int8 files are therefore opset 21 or
+later (the float graph is converted first). Dividing by s_r and quantizing with scale 1
+gave the same codes at one more pass over X (4.5x the blocked op's time at MiniLM's FFN
+width); the earlier MatMulInteger, Cast, two Muls form ran 1.1-1.2x float32 against 1.3x
+(benchmarks/int8_schemes.py).
 - m moves outlier input channels (LayerNorm outputs have a few) into the weights;
   without it all-MiniLM-L6-v2's sentence cosine on real text was 0.987 (min).
 - int8 weights make the GEMM uint8 x int8: VPDPBUSD on VNNI CPUs, 2.7-6x float32's
@@ -37,6 +40,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 MS = "com.microsoft"
+ROW_QUANTIZE_OPSET = 21  # QuantizeLinear with block_size: one scale and zero point per row
 WEIGHT_LEVELS = 127  # symmetric 8-bit weights, stored as int8 with zero point 0
 SMOOTHING = 0.5  # SmoothQuant alpha: m_k = max|X_k|^a / max|W_k|^(1-a)
 
@@ -114,6 +118,7 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
     act_levels: the largest activation code (the export uses 255; benchmarks/int8_schemes.py
     measures 7-bit activations with 127). weight_levels: see stored_weight.
     """
+    model = with_row_quantize_opset(model)
     consts = {"i8.eps": np.array(1e-12, np.float32), "i8.last": np.array([-1], np.int64),
               "i8.one": np.array(1.0, np.float32)}
 
@@ -142,15 +147,35 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
             helper.make_node("Mul", [f"{p}.max", f"{p}.hi"], [f"{p}.s_hi"]),
             helper.make_node("Mul", [f"{p}.min", f"{p}.lo"], [f"{p}.s_lo"]),
             helper.make_node("Max", [f"{p}.s_hi", f"{p}.s_lo", "i8.eps"], [f"{p}.s"]),  # (..., 1)
-            # rows divided by their own scale, so the GEMM's activation scale is the constant 1
-            helper.make_node("Div", [x, f"{p}.s"], [f"{p}.xn"]),
-            helper.make_node("QuantizeLinear", [f"{p}.xn", "i8.one", f"{p}.zp"], [f"{p}.q"]),
+            # each row quantized with its own scale (one block of K per row), so the GEMM's
+            # activation scale is the constant 1; the blocked form wants a zero point per row too
+            helper.make_node("Shape", [f"{p}.s"], [f"{p}.rows"]),
+            helper.make_node("Expand", [f"{p}.zp", f"{p}.rows"], [f"{p}.zr"]),  # (..., 1)
+            helper.make_node("QuantizeLinear", [x, f"{p}.s", f"{p}.zr"], [f"{p}.q"], axis=-1, block_size=w.shape[0]),
             helper.make_node("MatMulIntegerToFloat", [f"{p}.q", f"{p}.w", "i8.one", f"{p}.c", f"{p}.zp", f"{p}.wz"],
                              [f"{p}.y"], domain=MS),  # (..., F) = (q - z)(W_q - wz) * c
             helper.make_node("Mul", [f"{p}.y", f"{p}.s"], list(node.output)),
         ]
 
     return rewrite_weight_matmuls(model, set(zero_points) - set(keep_float), rewrite, consts)
+
+
+def with_row_quantize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` when its ONNX opset is at least ROW_QUANTIZE_OPSET, else a copy converted to it
+    by onnx's version converter (which adapts any op whose form changed; the exporter's
+    default is 18). The converter drops nodes' metadata (the name scopes module_of reads), so
+    each converted node gets back that of the node of the same name."""
+    from onnx import version_converter
+
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version >= ROW_QUANTIZE_OPSET:
+        return model
+    converted = version_converter.convert_version(model, ROW_QUANTIZE_OPSET)
+    metadata = {n.name: n.metadata_props for n in model.graph.node if n.name}
+    for node in converted.graph.node:
+        if node.name in metadata and not node.metadata_props:
+            node.metadata_props.extend(metadata[node.name])
+    return converted
 
 
 def capture(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, list[np.ndarray]]:
@@ -243,7 +268,7 @@ def quantize_int8_rows(source, target, feeds: list[dict], calibration: str,
     MatMul with the largest simulated int8 error is kept in float, up to max_float_share
     of them: a rule that holds for any family, measured on the model's own activations.
     """
-    model = onnx.load(str(source))
+    model = with_row_quantize_opset(onnx.load(str(source)))  # once, not in each quantize_rows
     matmuls = weight_matmuls(model)
     weights = {t.name: t for t in model.graph.initializer}
     acts = capture(model, [n.input[0] for n in matmuls], feeds)

@@ -336,18 +336,22 @@ class Runtime:
 
         return stream(self, chunks)
 
-    def _execute(self, feeds: dict[str, np.ndarray], out: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def _execute(self, feeds: dict[str, np.ndarray], out: np.ndarray | None = None,
+                 names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """The model's outputs for validated feeds: all of them, or only `names` (embed asks for
+        the one it returns, so onnxruntime hands back and we check no other)."""
+        names = self.output_names if names is None else names
         rows, length = feeds[contract.ATTENTION_MASK].shape
         if rows == 0:  # an empty batch: zero rows of each output, no session call
             shapes = contract.output_shapes(self.config)
             return {name: np.zeros([0, *(length if axis == contract.SEQUENCE_AXIS else axis for axis in shapes[name][1:])],
-                                   np.float32) for name in self.output_names}
+                                   np.float32) for name in names}
         if self.chunk_size is not None and feeds[contract.ATTENTION_MASK].shape[1] > self.chunk_size:
             return self.chunk_runner().run(feeds, out)
         if self.provider == "cuda":
-            outputs = self._run_bound(feeds, "cuda", self.device_id)
+            outputs = self._run_bound(feeds, "cuda", self.device_id, names)
         else:
-            outputs = dict(zip(self.output_names, self._session.run(self.output_names, feeds, self._run_options)))
+            outputs = dict(zip(names, self._session.run(names, feeds, self._run_options)))
         self._check_finite(outputs, feeds)
         return outputs
 
@@ -355,6 +359,8 @@ class Runtime:
         """Never hand back NaN/inf: finite inputs of huge magnitude (|x| ~ 1e38 in float32) can
         overflow inside the model, and a model with non-finite weights gives NaN for any input."""
         for name, array in outputs.items():
+            if np.isfinite(array).all():  # the common case, without counting
+                continue
             bad = array.size - int(np.isfinite(array).sum())
             if bad:
                 cause = ("inputs_embeds too large for float32 arithmetic (largest |x| = "
@@ -366,7 +372,8 @@ class Runtime:
                     "65,504); nothing was returned"
                 )
 
-    def _run_bound(self, feeds: dict[str, np.ndarray], device: str, device_id: int) -> dict[str, np.ndarray]:
+    def _run_bound(self, feeds: dict[str, np.ndarray], device: str, device_id: int,
+                   names: list[str] | None = None) -> dict[str, np.ndarray]:
         """Run with IO binding: inputs copied to `device` once, outputs allocated there by
         onnxruntime (no host staging inside run), then copied back. The binding is a
         local: it is mutable and must not be shared between threads."""
@@ -374,10 +381,11 @@ class Runtime:
         values = [ort.OrtValue.ortvalue_from_numpy(array, device, device_id) for array in feeds.values()]
         for name, value in zip(feeds, values):
             binding.bind_ortvalue_input(name, value)
-        for name in self.output_names:
+        names = self.output_names if names is None else names
+        for name in names:
             binding.bind_output(name, device, device_id)
         self._session.run_with_iobinding(binding, self._run_options)
-        return dict(zip(self.output_names, binding.copy_outputs_to_cpu()))
+        return dict(zip(names, binding.copy_outputs_to_cpu()))
 
     def embed(self, sequences: Sequence[Any], batch_size: int = 32, output: str | None = None,
               max_tokens: int | None = None, token_types: Sequence[Any] | None = None):
@@ -418,7 +426,7 @@ class Runtime:
             feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask}
             feeds.update(self._zero_types(mask) if types is None else
                          {contract.TOKEN_TYPE_IDS: pad([types[i] for i in batch])[0]})
-            out = self._execute(feeds)[name]
+            out = self._execute(feeds, names=[name])[name]
             if pooled:
                 result[batch] = out
             else:

@@ -12,7 +12,7 @@ from ortformer.cli import cli
 from ortformer.config import preset
 from ortformer.errors import ModelFileError
 from ortformer.exporter import export
-from ortformer.exporter.int8 import quantize_int8_rows, weight_matmuls
+from ortformer.exporter.int8 import ROW_QUANTIZE_OPSET, quantize_int8_rows, weight_matmuls, with_row_quantize_opset
 from ortformer.exporter.precision import calibration_feeds
 from ortformer.int8_kernels import signed_int8_exact
 from ortformer.parity import row_cosines
@@ -37,6 +37,37 @@ def test_int8_graph_has_no_batch_wide_quantization(int8_file):
     ops = {n.op_type for n in onnx.load(str(int8_file)).graph.node}
     assert "MatMulIntegerToFloat" in ops
     assert not ops & {"DynamicQuantizeLinear", "DynamicQuantizeMatMul"}  # one scale for the whole batch
+
+
+def test_each_row_is_quantized_by_one_blocked_quantize_linear(int8_file):
+    """Rows are scaled inside QuantizeLinear (opset 21's blocked form, one block of K per row),
+    not by a Div over the whole activation first; the export's opset 18 graph was converted."""
+    model = onnx.load(str(int8_file))
+    assert next(o.version for o in model.opset_import if o.domain == "") >= ROW_QUANTIZE_OPSET
+    weights = {t.name: t for t in model.graph.initializer}
+    made_by = {o: n for n in model.graph.node for o in n.output}
+    readers = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    quantizers = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert len(quantizers) == sum(n.op_type == "MatMulIntegerToFloat" for n in model.graph.node) > 0
+    for q in quantizers:
+        (gemm,) = readers[q.output[0]]
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in q.attribute}
+        assert gemm.op_type == "MatMulIntegerToFloat" and attrs["axis"] == -1
+        assert attrs["block_size"] == weights[gemm.input[1]].dims[0]  # K: one block per row
+        assert made_by[q.input[0]].op_type != "Div"
+
+
+def test_a_model_at_the_row_quantize_opset_is_not_converted():
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    at = {v: onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", v)], ir_version=10) for v in (18, 22)}
+    assert with_row_quantize_opset(at[22]) is at[22]
+    converted = with_row_quantize_opset(at[18])
+    assert [o.version for o in converted.opset_import] == [ROW_QUANTIZE_OPSET] and at[18].opset_import[0].version == 18
 
 
 def test_a_row_embeds_the_same_alone_and_in_a_large_mixed_batch(int8_file):

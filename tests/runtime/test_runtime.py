@@ -197,6 +197,30 @@ def test_embed_defaults_and_edges(tokens_rt, nopool_rt):
             tokens_rt.embed([[1]], max_tokens=bad)
 
 
+def test_embed_fetches_only_the_output_it_returns(tokens_rt, rng, monkeypatch):
+    """embed asks onnxruntime for the one output it hands back (no copy and no finiteness
+    scan of last_hidden_state when sentence embeddings are wanted); run() still gets all."""
+    asked = []
+    real_session = tokens_rt._session
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real_session, name)
+
+        def run(self, names, feeds, options=None):
+            asked.append(list(names))
+            return real_session.run(names, feeds, options)
+
+    monkeypatch.setattr(tokens_rt, "_session", Spy())
+    sequences = [rng.integers(0, 100, size=n).tolist() for n in (3, 7, 5)]
+    pooled = tokens_rt.embed(sequences, batch_size=2)
+    states = tokens_rt.embed(sequences, batch_size=2, output="last_hidden_state")
+    full = tokens_rt.run(input_ids=[sequences[0]])
+    assert asked == [["sentence_embedding"]] * 2 + [["last_hidden_state"]] * 2 + [tokens_rt.output_names]
+    np.testing.assert_allclose(pooled[0], full["sentence_embedding"][0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(states[0], full["last_hidden_state"][0], atol=1e-5, rtol=0)
+
+
 def test_embed_token_budget_gives_the_same_results(tokens_rt, rng, monkeypatch):
     """max_tokens changes only how sequences are grouped, never what comes back; the CPU
     default is CPU_TOKENS_PER_THREAD per thread."""
