@@ -105,15 +105,16 @@ def serve(models: dict, texts: list[str], rx: TextIO, tx: TextIO) -> None:
 
 def peer_session_options(threads: int):
     """onnxruntime's defaults, as a user of the backend gets them, with the bench's thread count
-    and without spinning. Not ortformer's session_options: its memory bounds (no CPU arena, no
-    memory pattern) cost this backend about 40% on MiniLM (100 sentences, 1 thread: 7.1-7.8 s
-    against 4.9-5.4 s). Spinning off because the worker's idle threads would otherwise busy-wait
-    on the cores the next contender runs on."""
+    and ortformer's spinning (spin_within_runs). Not ortformer's session_options: its memory
+    bounds (no CPU arena, no memory pattern) cost this backend about 40% on MiniLM (100
+    sentences, 1 thread: 7.1-7.8 s against 4.9-5.4 s). The default spinning after each run
+    would busy-wait on the cores the next contender runs on."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    from ..runtime.providers import spin_within_runs
+
+    options = spin_within_runs(ort.SessionOptions())
     options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 

@@ -23,6 +23,7 @@ import onnxruntime as ort
 
 from .. import contract
 from ..errors import InputError
+from .providers import spin_within_runs
 
 F32_MIN = float(np.finfo(np.float32).min)
 
@@ -56,8 +57,7 @@ def _main_weights(path, payload: Payload) -> dict[str, np.ndarray]:
 def _session_options(threads: int | None) -> ort.SessionOptions:
     # unlike the whole-graph session, the CPU arena stays on: every chunk has the same
     # shape, so the arena is reused instead of paying page faults on fresh buffers
-    options = ort.SessionOptions()
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = spin_within_runs(ort.SessionOptions())
     options.log_severity_level = 3
     if threads is not None:
         options.intra_op_num_threads = threads

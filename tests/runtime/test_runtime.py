@@ -100,7 +100,9 @@ def test_session_options_bound_memory_and_set_threads(tokens_model):
     options = Runtime(tokens_model, "cpu", threads=1)._session.get_session_options()
     assert options.intra_op_num_threads == 1
     assert not options.enable_cpu_mem_arena and not options.enable_mem_pattern
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    # workers spin between the ops of a run and sleep once it returns
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
 
 
 @pytest.mark.parametrize(
