@@ -27,6 +27,7 @@ from ortformer.exporter.precision import calibration_feeds
 from ortformer.int8_kernels import open_session
 from ortformer.parity import make_inputs, Case, row_cosines, run_parity
 from ortformer.runtime import Runtime
+from ortformer.runtime.providers import session_options
 
 
 def kinds(model: onnx.ModelProto) -> dict[str, str]:
@@ -165,7 +166,7 @@ def bert_base(work: Path, args) -> list[dict]:
     calib = calibrate(model, feeds)
     kind = kinds(model)
     x = make_inputs(cfg, Case(1, 128, "none"), np.random.default_rng(0))
-    opts = ort.SessionOptions()
+    opts = session_options(None)  # Runtime's settings, as the MiniLM rows run
     opts.log_severity_level = 3
     f32 = ort.InferenceSession(str(source), opts, providers=["CPUExecutionProvider"])
     rows = []
