@@ -76,8 +76,8 @@ def spin_within_runs(options: ort.SessionOptions) -> ort.SessionOptions:
     cores from whatever ran next: two sessions alternating in one process on 2 cores ran 3x
     slower, and a library inside someone else's app must not burn idle CPU. No spinning at
     all costs a wake-up per op: all-MiniLM-L6-v2 ran 2-7% slower in float32 and 12-19% in
-    int8 (twice the nodes), alternating in one process, batch 1-16, with no CPU used in the
-    second after a run either way."""
+    int8 (twice the nodes) in one run alternating in one process, batch 1-16, and within the
+    noise in a later run; no CPU was used in the second after a run either way."""
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
     options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
