@@ -30,6 +30,7 @@ from .dynamo import export_program
 from .chunked import chunked_gate, chunked_payload
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
 from .fused_ops import TRANSLATIONS
+from .int8 import ROW_QUANTIZE_OPSET
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 from .text_parity import compared_output, text_parity
 from ..text import check_tokenizer
@@ -243,7 +244,10 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
 
     step()  # tracing
     with _attention_fusion(model, fused_ops):
-        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, opset, fused_ops)
+        # an int8 file needs opset 21 (blocked QuantizeLinear): traced there, not converted
+        # afterwards (onnx's version converter holds several copies of the weights at once)
+        traced_opset = max(opset, ROW_QUANTIZE_OPSET) if quantize == "int8" else opset
+        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, traced_opset, fused_ops)
     meta.update({
         contract.META_FORMAT: contract.FORMAT,
         contract.META_VERSION: __version__,

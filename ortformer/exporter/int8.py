@@ -17,7 +17,7 @@ QuantizeLinear in its blocked form (opset 21: one block of K per row, so s_r and
 (..., 1) tensors), and onnxruntime's MatMulIntegerToFloat (scalar activation scale only,
 here 1) does the GEMM, the int32 -> float cast and the column scales in one kernel with
 prepacked weights; only s_r is applied outside it. Int8 files are therefore opset 21 or
-later (the float graph is converted first). Dividing by s_r and quantizing with scale 1
+later (the exporter traces them there; a float graph below it is converted first). Dividing by s_r and quantizing with scale 1
 gave the same codes at one more pass over X (4.5x the blocked op's time at MiniLM's FFN
 width); the earlier MatMulInteger, Cast, two Muls form ran 1.1-1.2x float32 against 1.3x
 (benchmarks/int8_schemes.py).
@@ -34,6 +34,7 @@ width); the earlier MatMulInteger, Cast, two Muls form ran 1.1-1.2x float32 agai
 from __future__ import annotations
 
 import ast
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -163,18 +164,22 @@ def quantize_rows(model: onnx.ModelProto, zero_points: dict[str, int],
 def with_row_quantize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` when its ONNX opset is at least ROW_QUANTIZE_OPSET, else a copy converted to it
     by onnx's version converter (which adapts any op whose form changed; the exporter's
-    default is 18). The converter drops nodes' metadata (the name scopes module_of reads), so
-    each converted node gets back that of the node of the same name."""
+    default traces int8 files at 21 instead). The converter drops nodes' metadata (the name
+    scopes module_of reads), so each converted node gets back that of the one node of its name,
+    and local functions, which are copied across."""
     from onnx import version_converter
 
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if version >= ROW_QUANTIZE_OPSET:
         return model
     converted = version_converter.convert_version(model, ROW_QUANTIZE_OPSET)
-    metadata = {n.name: n.metadata_props for n in model.graph.node if n.name}
+    names = Counter(n.name for n in model.graph.node)
+    metadata = {n.name: n.metadata_props for n in model.graph.node if n.name and names[n.name] == 1}
     for node in converted.graph.node:
         if node.name in metadata and not node.metadata_props:
             node.metadata_props.extend(metadata[node.name])
+    if model.functions and not converted.functions:  # the converter leaves local functions behind
+        converted.functions.extend(model.functions)
     return converted
 
 

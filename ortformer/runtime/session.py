@@ -92,6 +92,8 @@ class Runtime:
         self.source: str = self.model_file.source
         # int8 weights are made unsigned at session start where this CPU's u8 x s8 GEMM saturates
         self._int8: bool = contract.META_INT8 in self.metadata
+        if self._int8 and provider != "cpu":
+            provider = self._int8_on_cpu(provider, allow_fallback)
 
         if session_options is not None and not isinstance(session_options, ort.SessionOptions):
             raise InputError(f"session_options must be an onnxruntime.SessionOptions, got "
@@ -138,6 +140,18 @@ class Runtime:
             # give arena chunks no longer in use back to the device after each run: with
             # kSameAsRequested growth this bounds GPU memory by the largest live call
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{device_id}")
+
+    def _int8_on_cpu(self, provider: str, allow_fallback: bool) -> str:
+        """"cpu" for an int8 file: onnxruntime has CUDA kernels for neither MatMulIntegerToFloat
+        nor the blocked QuantizeLinear that scales each row, so a CUDA session would fail at its
+        first run. "auto" means the CPU; "cuda" is refused unless allow_fallback (then a warning)."""
+        why = (f"{self.path} is an int8 file, which runs on the CPU provider only (onnxruntime has no CUDA "
+               "kernel for its MatMulIntegerToFloat or per-row QuantizeLinear)")
+        if provider == "cuda" and not allow_fallback:
+            raise ProviderError(f"{why}; use provider='cpu' or 'auto', or export --dtype float16 for CUDA")
+        if provider == "cuda":
+            warnings.warn(f"{why}; running on CPU", ProviderFallbackWarning, stacklevel=3)
+        return "cpu"
 
     def _open(self, options: ort.SessionOptions, wanted: list) -> tuple[ort.InferenceSession, str | None]:
         """A session for `wanted` providers; if CUDA makes creation itself fail (rather than

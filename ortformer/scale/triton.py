@@ -200,6 +200,10 @@ def _tensor_config(spec: TensorSpec) -> TensorConfig:
 
 
 def _render(model: ModelFile, name: str, max_batch_size: int, device: str, delay_us: int) -> str:
+    if device == "gpu" and contract.META_INT8 in model.metadata:
+        raise OutputError(f"{model.path} is an int8 file, which runs on CPU instances only (onnxruntime has no CUDA "
+                          "kernel for its MatMulIntegerToFloat or per-row QuantizeLinear); use device 'cpu' "
+                          "(--device cpu), or export --dtype float16 for GPU instances")
     cfg = model.config
     # in the contract's order, which is the order clients build their requests in
     inputs = [_tensor_config(s) for s in sorted(model.inputs, key=lambda s: contract.input_names(cfg).index(s.name))]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from ortformer import contract
 from ortformer.cli import cli
 from ortformer.config import preset
-from ortformer.errors import ModelFileError
+from ortformer.errors import ModelFileError, ProviderError
 from ortformer.exporter import export
 from ortformer.exporter.int8 import ROW_QUANTIZE_OPSET, quantize_int8_rows, weight_matmuls, with_row_quantize_opset
 from ortformer.exporter.precision import calibration_feeds
@@ -41,7 +41,7 @@ def test_int8_graph_has_no_batch_wide_quantization(int8_file):
 
 def test_each_row_is_quantized_by_one_blocked_quantize_linear(int8_file):
     """Rows are scaled inside QuantizeLinear (opset 21's blocked form, one block of K per row),
-    not by a Div over the whole activation first; the export's opset 18 graph was converted."""
+    not by a Div over the whole activation first; the export (default opset 18) traced it at 21."""
     model = onnx.load(str(int8_file))
     assert next(o.version for o in model.opset_import if o.domain == "") >= ROW_QUANTIZE_OPSET
     weights = {t.name: t for t in model.graph.initializer}
@@ -57,7 +57,8 @@ def test_each_row_is_quantized_by_one_blocked_quantize_linear(int8_file):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in q.attribute}
         assert gemm.op_type == "MatMulIntegerToFloat" and attrs["axis"] == -1
         assert attrs["block_size"] == weights[gemm.input[1]].dims[0]  # K: one block per row
-        assert made_by[q.input[0]].op_type != "Div"
+        # the row's own scale (max of the row's two bounds) and the zero point spread over the rows
+        assert made_by[q.input[1]].op_type == "Max" and made_by[q.input[2]].op_type == "Expand"
 
 
 def test_a_model_at_the_row_quantize_opset_is_not_converted():
@@ -68,6 +69,22 @@ def test_a_model_at_the_row_quantize_opset_is_not_converted():
     assert with_row_quantize_opset(at[22]) is at[22]
     converted = with_row_quantize_opset(at[18])
     assert [o.version for o in converted.opset_import] == [ROW_QUANTIZE_OPSET] and at[18].opset_import[0].version == 18
+
+
+def test_int8_files_run_on_the_cpu_provider_only(int8_file, monkeypatch):
+    """onnxruntime has no CUDA kernel for MatMulIntegerToFloat or the blocked QuantizeLinear,
+    so a CUDA session would fail at its first run: "auto" asks for the CPU alone, "cuda" is
+    refused by name (or falls back with a warning when allowed)."""
+    from ortformer.runtime import ProviderFallbackWarning, providers
+
+    asked = []
+    real = providers.provider_list
+    monkeypatch.setattr(providers, "provider_list", lambda provider, device_id: asked.append(provider) or real(provider, device_id))
+    assert Runtime(int8_file, "auto").provider == "cpu" and asked == ["cpu"]
+    with pytest.raises(ProviderError, match="int8 file, which runs on the CPU provider only"):
+        Runtime(int8_file, "cuda")
+    with pytest.warns(ProviderFallbackWarning, match="int8 file"):
+        assert Runtime(int8_file, "cuda", allow_fallback=True).provider == "cpu"
 
 
 def test_a_row_embeds_the_same_alone_and_in_a_large_mixed_batch(int8_file):

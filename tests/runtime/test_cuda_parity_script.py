@@ -22,8 +22,8 @@ def fake_cuda(shift: float):
     """A Runtime factory whose 'cuda' runtime is the CPU one through IO binding, outputs shifted."""
 
     class FakeCuda(Runtime):
-        def _execute(self, feeds):
-            return {k: v + shift for k, v in self._run_bound(feeds, "cpu", 0).items()}
+        def _execute(self, feeds, out=None, names=None):
+            return {k: v + shift for k, v in self._run_bound(feeds, "cpu", 0, names).items()}
 
     def make(path, provider="auto", **kwargs):
         return FakeCuda(path, "cpu") if provider == "cuda" else Runtime(path, provider)

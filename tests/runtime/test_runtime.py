@@ -94,6 +94,9 @@ def test_io_binding_path_equals_plain_run(tokens_rt, rng):
     assert list(bound) == tokens_rt.output_names
     for name in plain:
         np.testing.assert_array_equal(bound[name], plain[name])
+    one = tokens_rt._run_bound(feeds, "cpu", 0, ["sentence_embedding"])  # what embed asks for
+    assert list(one) == ["sentence_embedding"]
+    np.testing.assert_array_equal(one["sentence_embedding"], plain["sentence_embedding"])
 
 
 def test_session_options_bound_memory_and_set_threads(tokens_model):

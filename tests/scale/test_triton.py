@@ -308,3 +308,16 @@ def test_a_portable_copy_of_an_int8_file_with_a_side_file_is_refused(int8_model,
         write_triton_repo(path, tmp_path / "repo")
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").rglob("model.onnx"))
     assert write_triton_repo(path, tmp_path / "repo", int8_kernel="vnni").is_dir()
+
+
+def test_an_int8_file_is_refused_for_gpu_instances(int8_model, tmp_path):
+    """onnxruntime has no CUDA kernel for its MatMulIntegerToFloat or per-row QuantizeLinear, so
+    the server would fail at the first request; the writer says so before writing anything."""
+    from ortformer.scale.triton import triton_config
+
+    with pytest.raises(OutputError, match="int8 file, which runs on CPU instances only.*--device cpu"):
+        write_triton_repo(int8_model, tmp_path / "repo", device="gpu")
+    assert not (tmp_path / "repo").exists()
+    with pytest.raises(OutputError, match="int8 file"):
+        triton_config(int8_model, "tiny8", device="gpu")
+    assert "KIND_CPU" in triton_config(int8_model, "tiny8", device="cpu")
