@@ -189,7 +189,7 @@ def architecture_options(func):
 @click.option("--print-config", is_flag=True,
               help="Print the config JSON the flags describe (every field, the --config format) and exit.")
 @click.option("--opset", type=int, default=None,
-              help="ONNX opset of the trace (default 18); --quantize int8 files are converted to 21 (per-row QuantizeLinear).")
+              help="ONNX opset of the trace (default 18); --quantize int8 traces at 21 or higher (per-row QuantizeLinear).")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help=f"float16 weights and activations (for CUDA), gated on cosine >= {GATES['float16']['min_cosine']}.")
 @click.option("--quantize", type=click.Choice(["int8"]), help=f"int8 weight MatMuls with per-row (per-token) dynamic scales, so a row never depends on its batch; "

@@ -17,9 +17,10 @@ QuantizeLinear in its blocked form (opset 21: one block of K per row, so s_r and
 (..., 1) tensors), and onnxruntime's MatMulIntegerToFloat (scalar activation scale only,
 here 1) does the GEMM, the int32 -> float cast and the column scales in one kernel with
 prepacked weights; only s_r is applied outside it. Int8 files are therefore opset 21 or
-later (the exporter traces them there; a float graph below it is converted first). Dividing by s_r and quantizing with scale 1
-gave the same codes at one more pass over X (4.5x the blocked op's time at MiniLM's FFN
-width); the earlier MatMulInteger, Cast, two Muls form ran 1.1-1.2x float32 against 1.3x
+later (the exporter traces them there; a float graph below it is converted first).
+Dividing by s_r and quantizing with scale 1 gave the same codes at one more pass over X
+(2.1-2.6x the blocked op's time at MiniLM's shapes, benchmarks/row_quantize.py); the
+earlier MatMulInteger, Cast, two Muls form ran 1.1-1.2x float32 against 1.3x
 (benchmarks/int8_schemes.py).
 - m moves outlier input channels (LayerNorm outputs have a few) into the weights;
   without it all-MiniLM-L6-v2's sentence cosine on real text was 0.987 (min).
