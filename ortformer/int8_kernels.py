@@ -25,6 +25,8 @@ from pathlib import Path
 _INTEGER_MATMULS = {("", "MatMulInteger"): 3, ("ai.onnx", "MatMulInteger"): 3,
                     ("com.microsoft", "MatMulIntegerToFloat"): 5}
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
+# why an int8 file runs on the CPU only: Runtime refuses provider "cuda" for it, triton-repo GPU instances
+NO_CUDA_KERNELS = "onnxruntime has no CUDA kernel for its MatMulIntegerToFloat or per-row QuantizeLinear"
 
 
 def signed_int8_exact(machine: str | None = None, cpuinfo: str | None = None) -> bool:

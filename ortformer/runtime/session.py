@@ -20,7 +20,7 @@ import onnxruntime as ort
 from .. import contract
 from ..checks import check_int
 from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
-from ..int8_kernels import open_session
+from ..int8_kernels import NO_CUDA_KERNELS, open_session
 from . import providers
 from .batching import length_batches, pad
 from ..chunkfile import MAX_CHUNK_SIZE
@@ -145,8 +145,7 @@ class Runtime:
         """"cpu" for an int8 file: onnxruntime has CUDA kernels for neither MatMulIntegerToFloat
         nor the blocked QuantizeLinear that scales each row, so a CUDA session would fail at its
         first run. "auto" means the CPU; "cuda" is refused unless allow_fallback (then a warning)."""
-        why = (f"{self.path} is an int8 file, which runs on the CPU provider only (onnxruntime has no CUDA "
-               "kernel for its MatMulIntegerToFloat or per-row QuantizeLinear)")
+        why = f"{self.path} is an int8 file, which runs on the CPU provider only ({NO_CUDA_KERNELS})"
         if provider == "cuda" and not allow_fallback:
             raise ProviderError(f"{why}; use provider='cpu' or 'auto', or export --dtype float16 for CUDA")
         if provider == "cuda":

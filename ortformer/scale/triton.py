@@ -27,6 +27,7 @@ from .. import contract
 from .._version import __version__
 from ..checks import check_int
 from ..fsutil import copy_atomic, write_atomic
+from ..int8_kernels import NO_CUDA_KERNELS
 from ..modelfile import ModelFile, TensorSpec, read_model_file, tokenizer_path
 from ..onnxfile import external_locations
 from ..errors import OutputError
@@ -201,9 +202,8 @@ def _tensor_config(spec: TensorSpec) -> TensorConfig:
 
 def _render(model: ModelFile, name: str, max_batch_size: int, device: str, delay_us: int) -> str:
     if device == "gpu" and contract.META_INT8 in model.metadata:
-        raise OutputError(f"{model.path} is an int8 file, which runs on CPU instances only (onnxruntime has no CUDA "
-                          "kernel for its MatMulIntegerToFloat or per-row QuantizeLinear); use device 'cpu' "
-                          "(--device cpu), or export --dtype float16 for GPU instances")
+        raise OutputError(f"{model.path} is an int8 file, which runs on CPU instances only ({NO_CUDA_KERNELS}); "
+                          "use device 'cpu' (--device cpu), or export --dtype float16 for GPU instances")
     cfg = model.config
     # in the contract's order, which is the order clients build their requests in
     inputs = [_tensor_config(s) for s in sorted(model.inputs, key=lambda s: contract.input_names(cfg).index(s.name))]
