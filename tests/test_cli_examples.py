@@ -1,4 +1,5 @@
-"""Every `--help` example, and the README's command list, runs as written on a tiny model.
+"""Every `--help` example, and every `ortformer` command in a bash block of the README or a docs/
+page, runs as written on a tiny model.
 
 Each example runs in a fresh folder holding the files it reads (tiny.onnx, minilm.onnx,
 batch.npy, sentences.txt, ...), but not the files it writes, through a real shell (pipes
@@ -47,13 +48,22 @@ def same_words(example: str) -> str:
     return " ".join(example.split())
 
 
-def readme_examples() -> list[str]:
-    """The README's command list, less the commands a --help example already runs (word for word)."""
-    text = (REPO / "README.md").read_text()
-    block = next(b for b in re.findall(r"```\w*\n(.*?)```", text, re.S) if "ortformer export --preset tiny" in b)
-    in_help = {same_words(e) for e in help_examples()}
-    lines = [line.split("  #")[0].strip() for line in block.splitlines() if "ortformer " in line]
-    return [line for line in lines if same_words(line) not in in_help]
+DOC_PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def doc_examples() -> list[tuple[str, str]]:
+    """(page, command) for every `ortformer` line of a ```bash block in the README and docs/*.md,
+    less the commands a --help example or an earlier page already runs (word for word)."""
+    seen = {same_words(e) for e in help_examples()}
+    found = []
+    for page in DOC_PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+            for line in block.splitlines():
+                command = line.split("  #")[0].strip()
+                if "ortformer " in command and not command.startswith("#") and same_words(command) not in seen:
+                    seen.add(same_words(command))
+                    found.append((str(page.relative_to(REPO)), command))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +97,17 @@ def inputs(tmp_path_factory):
     shutil.copy(real / "tokenizer.json", reranker / "tokenizer.json")
     loaded = load_any(reranker)
     export(loaded.model, folder / "reranker.onnx", parity=False, **loaded.export_options())
+    ner = folder / "ner"  # a token classifier, as NER taggers are
+    transformers.BertForTokenClassification(transformers.BertConfig(**{**config.to_dict(), "num_labels": 3})) \
+        .eval().save_pretrained(str(ner))
+    shutil.copy(real / "tokenizer.json", ner / "tokenizer.json")
+    loaded = load_any(ner)
+    export(loaded.model, folder / "ner.onnx", parity=False, **loaded.export_options())
+    splade = splade_folder(folder, config, real)
+    loaded = load_any(splade)
+    export(loaded.model, folder / "splade.onnx", parity=False, **loaded.export_options())
+    # past the Runtime's chunk size (8,192), in the tiny preset's vocabulary: a chunked run
+    np.save(folder / "long.npy", np.random.default_rng(0).integers(1, 100, (1, 20_000)))
     np.save(folder / "batch.npy", np.array([[101, 7592, 102], [101, 2088, 102]], np.int64))
     (folder / "sentences.txt").write_text("A first sentence.\nAnother one.\n")
     (folder / "my_config.json").write_text(json.dumps({"num_layers": 1, "hidden_size": 32, "num_heads": 2,
@@ -99,6 +120,22 @@ def inputs(tmp_path_factory):
     (folder / "path" / "to").mkdir(parents=True)
     shutil.copytree(bert, folder / "path" / "to" / "all-MiniLM-L6-v2")
     return folder
+
+
+def splade_folder(folder: Path, config, tokenizer_folder: Path) -> Path:
+    """A sentence-transformers SparseEncoder (fill-mask Transformer + SpladePooling) around a random BERT."""
+    st = pytest.importorskip("sentence_transformers")
+    transformers = pytest.importorskip("transformers")
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    mlm = folder / "bert-mlm"
+    transformers.BertForMaskedLM(config).eval().save_pretrained(str(mlm))
+    shutil.copy(tokenizer_folder / "tokenizer.json", mlm / "tokenizer.json")
+    model = st.SparseEncoder(modules=[Transformer(str(mlm), transformer_task="fill-mask", max_seq_length=64),
+                                      SpladePooling("max", activation_function="relu")], device="cpu")
+    model.save(str(folder / "splade"))
+    return folder / "splade"
 
 
 def onnx_rename_tokenizer(path: Path, name: str) -> None:
@@ -152,6 +189,13 @@ def test_help_example_runs(example, inputs, tmp_path):
     check(example, inputs, tmp_path)
 
 
-@pytest.mark.parametrize("example", readme_examples())
-def test_readme_example_runs(example, inputs, tmp_path):
+def test_doc_examples_found():
+    """The extraction sees the README's command list and a docs page's block, so a page cannot
+    drop out of the test unnoticed."""
+    pages = {page for page, _ in doc_examples()}
+    assert {"README.md", "docs/families.md", "docs/long-inputs.md"} <= pages, pages
+
+
+@pytest.mark.parametrize("page,example", doc_examples(), ids=[f"{p}: {e}" for p, e in doc_examples()])
+def test_doc_example_runs(page, example, inputs, tmp_path):
     check(example, inputs, tmp_path)

@@ -2,7 +2,7 @@
 inside a function) goes to the module's own layer or one below, and the modules'
 imports form no circle.
 
-Layers, bottom to top (the README's Layout section): errors/fsutil and the leaves (_version,
+Layers, bottom to top (docs/layout.md): errors/fsutil and the leaves (_version,
 corpus, checks) -> config/text -> contract/cost -> models/parity -> the model file
 (onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale -> cli.
 """
@@ -78,7 +78,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 def test_every_module_has_a_layer():
     unplaced = sorted({name.split(".")[1] for name in MODULES if "." in name} - set(LEVEL))
-    assert not unplaced, f"modules with no layer in this test and the README's Layout: {unplaced}"
+    assert not unplaced, f"modules with no layer in this test and docs/layout.md: {unplaced}"
 
 
 def test_no_import_goes_up_a_layer():
