@@ -169,12 +169,26 @@ def architecture_options(func):
     return func
 
 
+FROM_HELP = "Export trained weights: an ortformer checkpoint or a local Hugging Face folder"
+
+
+class FromOption(click.Option):
+    """--from, whose help lists the model_types of the family records (models/hf/family.py); they
+    are read when the help is shown, since importing the families needs torch and the CLI must not."""
+
+    def get_help_record(self, ctx):
+        try:
+            from ..models.hf.family import model_types
+
+            self.help = f"{FROM_HELP} (config.json model_type: {', '.join(model_types())})."
+        except ImportError:  # no torch: the families cannot be read, and export needs torch anyway
+            self.help = f"{FROM_HELP} (the model_types it imports are listed once torch is installed)."
+        return super().get_help_record(ctx)
+
+
 @click.command("export")
 @architecture_options
-@click.option("--from", "from_path", type=click.Path(exists=True),
-              help="Export trained weights: an ortformer checkpoint or a local Hugging Face folder "
-                   "(bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, modernbert, "
-                   "deberta, deberta-v2, t5, mt5).")
+@click.option("--from", "from_path", cls=FromOption, type=click.Path(exists=True), help=FROM_HELP + ".")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--truncate-dim", type=click.IntRange(min=1),

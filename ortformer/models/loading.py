@@ -2,46 +2,22 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from pathlib import Path
 
 from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
+from .hf.family import elsewhere_hint, family_for, model_types
 from .hf.folder import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
 from .hf.vocab_tokenizers import as_transformers_reads, built_tokenizer
 from .loaded import Loaded
 from .weights import find_weights, weights_source
 
-# Hugging Face model_type -> module in models/hf/ whose ``load`` imports it
-FAMILIES = {
-    "bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
-    "distilbert": "distilbert", "electra": "electra", "mpnet": "mpnet", "modernbert": "modernbert",
-    "modernbert-decoder": "modernbert",
-    "t5": "t5", "mt5": "t5", "albert": "albert", "deberta": "deberta", "deberta-v2": "deberta_v2",
-    "nomic_bert": "rotary_bert", "gte": "rotary_bert", "new": "rotary_bert", "jina_embeddings_v3": "rotary_bert",
-    "eurobert": "llama", "qwen3": "llama", "qwen2": "llama", "data2vec-text": "roberta", "ernie": "ernie",
-    "xlm-roberta-xl": "prenorm_bert", "megatron-bert": "prenorm_bert", "esm": "prenorm_bert", "roformer": "roformer",
-    "roberta-prelayernorm": "prenorm_bert", "longformer": "longformer",
-    "gemma3_text": "gemma", "gemma2": "gemma", "gemma": "gemma", "ultrabert": "llama", "mistral": "llama", "llama": "llama",
-}
-
-
-def family_module(config: dict) -> str:
-    """The models/hf/ module that imports a folder with this config.json (a supported model_type):
-    FAMILIES', except JinaBERT v2, which keeps BERT's model_type and flags ALiBi positions."""
-    if config.get("model_type") == "bert" and config.get("position_embedding_type") == "alibi":
-        return "jina_bert"
-    return FAMILIES[config["model_type"]]
-
-
-# model_types whose encoder ortformer imports from another folder
-HINTS = {"gemma3": "; a Gemma 3 text encoder is imported from a text-only folder (model_type gemma3_text, "
-                   "Gemma3TextModel: EmbeddingGemma's)"}
-
 
 def unsupported_model_type(model_type) -> CheckpointError:
+    """The error for a config.json whose model_type no family module imports (hf/family.py's registry)."""
+    hint = elsewhere_hint(model_type)
     return CheckpointError(f"model_type {model_type!r} is not supported; ortformer imports "
-                           f"{', '.join(sorted(FAMILIES))}{HINTS.get(model_type, '')}")
+                           f"{', '.join(sorted(model_types()))}{'; ' + hint if hint else ''}")
 
 
 def load_hf(folder, **options) -> Loaded:
@@ -52,10 +28,10 @@ def load_hf(folder, **options) -> Loaded:
     model_dir = transformer_dir(root)
     config = read_json(model_dir / "config.json")
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    family = family_for(config)
+    if family is None:
         raise unsupported_model_type(model_type)
-    module = importlib.import_module(f".hf.{family_module(config)}", __package__)
-    loaded = module.load(folder, **options)
+    loaded = family.load(folder, **options)
     if loaded.tokenizer is None:  # an older save: a tokenizer.json built from its vocabulary, if it has one
         built = built_tokenizer(model_dir, root, model_type)
         loaded = dataclasses.replace(loaded, tokenizer=built) if built else loaded
@@ -90,7 +66,7 @@ def _refuse_untyped_hf_config(folder: Path) -> None:
     data = read_json(config)
     if "model_type" not in data and any(key in data for key in _HF_ONLY_KEYS):
         raise CheckpointError(f"{config} is a Hugging Face config without model_type, so its family is unknown; "
-                              f"add \"model_type\" (one of {', '.join(sorted(FAMILIES))})")
+                              f"add \"model_type\" (one of {', '.join(sorted(model_types()))})")
 
 
 def load_any(path, *, pooling: str | None = None, normalize: bool | None = None) -> Loaded:
@@ -98,7 +74,7 @@ def load_any(path, *, pooling: str | None = None, normalize: bool | None = None)
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder.
 
     A folder dispatches on its config.json: ``model_type`` means Hugging Face (one
-    module per family in models/hf/); otherwise an ortformer config. pooling / normalize
+    module per family in models/hf/, hf/family.py's registry); otherwise an ortformer config. pooling / normalize
     override a Hugging Face folder's (its sentence-transformers modules', or none); an
     ortformer checkpoint's config sets its own.
     ``source`` is ``"sha256:<hex>"`` of the weight file.

@@ -21,6 +21,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .family import Family
 
 # weights the Hugging Face folder may carry that an encoder does not use: MLM / NSP and QA
 # heads, and a base model's pooler; a classifier's head becomes the logits output (heads.py)
@@ -187,3 +188,6 @@ def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = No
     return import_folder(folder, family="bert", build=bert_config, map_weights=map_bert_layout,
                          pooling=pooling, normalize=normalize, name=name)
 load = load_bert  # the entry point loading.load_hf calls
+
+
+FAMILY = Family("BERT", ("bert",), load_bert)

@@ -29,6 +29,7 @@ from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, split_dropped
 from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, drop_unused, embedding_shapes,
                          embedding_tensors, position_pair, query_scale)
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .family import Family
 
 WHAT = "DeBERTa "
 
@@ -99,3 +100,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     return import_folder(folder, family="deberta", build=deberta_config,
                          map_weights=lambda raw, cfg, what, dup: map_weights(raw, cfg, what, dup, scale),
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("DeBERTa", ("deberta",), load)

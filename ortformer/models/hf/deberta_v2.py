@@ -36,6 +36,7 @@ from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
 from .activations import head_activation
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .family import Family
 
 WHAT = "DeBERTa-v2 "
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
@@ -212,3 +213,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     return import_folder(folder, family="deberta-v2", build=deberta_config,
                          map_weights=lambda raw, cfg, what, dup: map_weights(raw, cfg, what, dup, scale),
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("DeBERTa-v2", ("deberta-v2",), load)

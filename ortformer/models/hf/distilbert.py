@@ -15,6 +15,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .family import Family
 
 DROPPED_PREFIXES = ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier.",
                     "classifier.", "qa_outputs.")
@@ -77,3 +78,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import a DistilBERT folder as an ortformer Encoder."""
     return import_folder(folder, family="distilbert", build=distilbert_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("DistilBERT", ("distilbert",), load)

@@ -10,6 +10,7 @@ from ...config import EncoderConfig
 from ..loaded import Loaded
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
+from .family import Family
 
 # task heads of ElectraFor... checkpoints
 DROPPED_PREFIXES = ("discriminator_predictions.", "generator_predictions.", "generator_lm_head.",
@@ -32,3 +33,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import an ELECTRA folder as an ortformer Encoder."""
     return import_folder(folder, family="electra", build=electra_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("ELECTRA", ("electra",), load)

@@ -15,6 +15,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import HF_DTYPES, import_folder, make_config, read_json, transformer_dir
+from .family import Family
 
 TASK_TABLE = "embeddings.task_type_embeddings.weight"
 
@@ -49,3 +50,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     return import_folder(folder, family="ernie", build=ernie_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("ERNIE", ("ernie",), load)

@@ -52,6 +52,7 @@ from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
                      transformer_dir)
+from .family import Family
 from .llama import base_tensors, biases, kv_heads, map_linears, names
 from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
@@ -240,3 +241,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     return import_folder(folder, family=model_type if model_type in ("gemma2", "gemma") else "gemma3_text",
                          build=build, map_weights=weights, pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("Gemma", ("gemma3_text", "gemma2", "gemma"), load,
+                elsewhere={"gemma3": "a Gemma 3 text encoder is imported from a text-only folder (model_type "
+                                     "gemma3_text, Gemma3TextModel: EmbeddingGemma's)"})

@@ -1,7 +1,7 @@
 """Import JinaBERT v2 folders (jina-embeddings-v2-small-en / -base-en / -base-de / -base-zh /
 -base-es): ``model_type: bert`` with ``position_embedding_type: alibi``, written for the remote
 code jinaai/jina-bert-implementation that config.json's ``auto_map`` names (transformers has no
-JinaBERT); loading.family_module routes them here. Folders made for other JinaBERT code are
+JinaBERT); hf.family.family_for routes them here (FAMILY.detect). Folders made for other JinaBERT code are
 refused (check_code).
 
 A BERT layer without a position table, attention biased by symmetric ALiBi, and a gated
@@ -28,6 +28,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, refuse_decoder, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .family import Family
 
 WHAT = "JinaBERT "
 IMPLEMENTATION = "jina-bert-implementation"  # the remote code (auto_map) whose model this is
@@ -112,3 +113,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import a JinaBERT v2 folder as an ortformer Encoder."""
     return import_folder(folder, family="jina_bert", build=jina_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+# BERT's model_type with ALiBi positions (position_embedding_type "alibi") is JinaBERT v2
+FAMILY = Family("JinaBERT v2", ("bert",), load,
+                detect=lambda config: config.get("position_embedding_type") == "alibi")

@@ -50,6 +50,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta, transformer_dir
+from . import family as registry  # (this module's own Family holds each decoder's settings)
 from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -321,3 +322,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = registry.Family("Llama-layer", tuple(FAMILIES), load)

@@ -18,6 +18,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from .bert import map_bert_layout
 from .folder import import_folder, make_config
+from .family import Family
 from .roberta import DROPPED_PREFIXES, roberta_fields
 
 WHAT = "Longformer "
@@ -56,3 +57,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import a Longformer folder as an ortformer Encoder."""
     return import_folder(folder, family="longformer", build=longformer_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("Longformer", ("longformer",), load)

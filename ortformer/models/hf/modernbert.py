@@ -42,6 +42,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .family import Family
 from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
 WHAT = "ModernBERT "
@@ -170,3 +171,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     return import_folder(folder, family="modernbert-decoder" if decoder else "modernbert",
                          build=decoder_config if decoder else modernbert_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("ModernBERT", ("modernbert", "modernbert-decoder"), load)

@@ -22,6 +22,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS, layer_shapes, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .family import Family
 
 BUCKETS, MAX_DISTANCE = 32, 128  # fixed in transformers' MPNetEncoder.compute_position_bias
 PADDING_IDX = 1  # fixed in transformers' MPNetEmbeddings
@@ -80,3 +81,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import an MPNet folder as an ortformer Encoder."""
     return import_folder(folder, family="mpnet", build=mpnet_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("MPNet", ("mpnet",), load)

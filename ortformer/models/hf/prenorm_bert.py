@@ -38,6 +38,7 @@ from .bert import DROPPED_PREFIXES as BERT_DROPPED
 from .bert import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
 from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
                      transformer_dir)
+from .family import Family
 from .roberta import DROPPED_PREFIXES as ROBERTA_DROPPED
 from .roberta import roberta_fields
 
@@ -188,3 +189,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
 
     return import_folder(folder, family=model_type, build=build, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("pre-norm BERT", ("xlm-roberta-xl", "megatron-bert", "esm", "roberta-prelayernorm"), load)

@@ -18,6 +18,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
+from .family import Family
 
 MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "data2vec-text")
 # task heads of RobertaFor... checkpoints
@@ -54,3 +55,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import a RoBERTa / XLM-RoBERTa / CamemBERT / data2vec-text folder as an ortformer Encoder."""
     return import_folder(folder, family="roberta", build=roberta_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("RoBERTa", ("roberta", "xlm-roberta", "camembert", "data2vec-text"), load)

@@ -18,6 +18,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import BERT_LAYER_NAMES, bert_fields, bert_layout_shapes, check_bert_layout, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse
+from .family import Family
 
 DROPPED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.", "encoder.embed_positions.")
 QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
@@ -63,3 +64,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import a RoFormer folder as an ortformer Encoder."""
     return import_folder(folder, family="roformer", build=roformer_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("RoFormer", ("roformer",), load)

@@ -43,6 +43,7 @@ from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
                      transformer_dir)
+from .family import Family
 
 MODEL_TYPES = ("nomic_bert", "gte", "new", "jina_embeddings_v3")
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -252,3 +253,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     family = {"nomic_bert": "nomic_bert", "jina_embeddings_v3": "jina_embeddings_v3"}.get(hf["model_type"], "gte")
     return import_folder(folder, family=family, build=rotary_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("rotary BERT", ("nomic_bert", "gte", "new", "jina_embeddings_v3"), load)

@@ -35,6 +35,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, require
+from .family import Family
 
 MODEL_TYPES = ("t5", "mt5")
 # feed_forward_proj's activation (after "gated-") maps as BERT's hidden_act (ACTIVATIONS);
@@ -137,3 +138,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     """Import the encoder of a T5 / mT5 folder as an ortformer Encoder."""
     return import_folder(folder, family="t5", build=t5_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
+
+
+FAMILY = Family("T5", ("t5", "mt5"), load)

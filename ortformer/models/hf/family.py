@@ -1,0 +1,71 @@
+"""One ``Family`` record per Hugging Face family module, and the registry that collects them.
+
+Each module in FAMILY_MODULES declares ``FAMILY = Family(...)``; every table keyed by model_type
+(loading's dispatch, its error messages, the export --from help) is derived from these records,
+so adding a family is one module with one record and its name in FAMILY_MODULES. The modules are
+imported on first use, so this file imports no family (and no torch) itself.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+# the family modules of models/hf/, in the order the export --from help lists their model types
+FAMILY_MODULES = ("bert", "roberta", "distilbert", "electra", "albert", "mpnet", "modernbert", "deberta",
+                  "deberta_v2", "t5", "ernie", "roformer", "longformer", "prenorm_bert", "jina_bert",
+                  "rotary_bert", "llama", "gemma")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one family module imports: its config.json model_types and the loader for them.
+
+    load(folder, pooling=, normalize=, name=) -> Loaded reads config.json, maps the weights and
+    builds the Encoder. ``detect``: the family is a variant of its model_types' main family (it
+    keeps their model_type, e.g. JinaBERT v2's "bert") and claims a config.json when
+    detect(config) holds. ``elsewhere``: model_types this family does not import, each with
+    where to find the encoder it holds instead (quoted when one is refused)."""
+    name: str
+    model_types: tuple[str, ...]
+    load: Callable
+    detect: Callable[[dict], bool] | None = None
+    elsewhere: Mapping[str, str] = field(default_factory=dict)
+
+
+@functools.cache
+def families() -> tuple[Family, ...]:
+    """Every module's FAMILY, in FAMILY_MODULES order; RuntimeError when two main families claim
+    one model_type (a registry mistake, not a user's)."""
+    records = tuple(importlib.import_module(f".{name}", __package__).FAMILY for name in FAMILY_MODULES)
+    claimed = [t for record in records if record.detect is None for t in record.model_types]
+    repeated = sorted({t for t in claimed if claimed.count(t) > 1})
+    if repeated:
+        raise RuntimeError(f"model_types {repeated} are claimed by more than one family module")
+    return records
+
+
+@functools.cache
+def by_model_type() -> dict[str, Family]:
+    """model_type -> its main family (the one without ``detect``)."""
+    return {t: record for record in families() if record.detect is None for t in record.model_types}
+
+
+def model_types() -> tuple[str, ...]:
+    """Every model_type ortformer imports, in FAMILY_MODULES order."""
+    return tuple(by_model_type())
+
+
+def family_for(config: dict) -> Family | None:
+    """The family that imports a folder with this config.json: a variant whose detect(config)
+    holds, else the model_type's main family; None for an unsupported model_type."""
+    model_type = config.get("model_type")
+    variant = next((r for r in families() if r.detect is not None and model_type in r.model_types
+                    and r.detect(config)), None)
+    return variant or by_model_type().get(model_type)
+
+
+def elsewhere_hint(model_type) -> str:
+    """Where the encoder of an unsupported ``model_type`` is imported from, or ''."""
+    return next((r.elsewhere[model_type] for r in families() if model_type in r.elsewhere), "")
