@@ -55,3 +55,10 @@ def test_the_export_help_lists_every_model_type():
     line = next(line for line in help_text.splitlines() if line.lstrip().startswith("--from"))
     listed = line.split("model_type: ", 1)[1].rstrip(").").split(", ")
     assert listed == list(family.model_types())
+
+
+def test_vocab_tokenizers_name_only_their_own_model_types():
+    for record in family.families():
+        assert set(record.vocab_tokenizers) <= set(record.model_types), record.name
+        for spec in record.vocab_tokenizers.values():
+            assert callable(spec.build) and spec.files, record.name

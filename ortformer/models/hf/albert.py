@@ -19,7 +19,8 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import bert_fields, bert_layout_shapes, check_bert_layout, split_dropped, to_ortformer
 from .folder import HF_DTYPES, import_folder, make_config, read_json, require, transformer_dir
-from .family import Family
+from .family import Family, VocabTokenizer
+from .spm_tokenizers import albert_tokenizer
 
 # AlbertConfig's defaults, for config.json files that leave them out
 DEFAULTS = {"embedding_size": 128, "hidden_act": "gelu_new", "type_vocab_size": 2, "layer_norm_eps": 1e-12,
@@ -92,4 +93,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("ALBERT", ("albert",), load)
+FAMILY = Family("ALBERT", ("albert",), load,
+                vocab_tokenizers={"albert": VocabTokenizer(albert_tokenizer, ("spiece.model",))})

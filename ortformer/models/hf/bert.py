@@ -21,7 +21,8 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import wordpiece_tokenizer
 
 # weights the Hugging Face folder may carry that an encoder does not use: MLM / NSP and QA
 # heads, and a base model's pooler; a classifier's head becomes the logits output (heads.py)
@@ -190,4 +191,5 @@ def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = No
 load = load_bert  # the entry point loading.load_hf calls
 
 
-FAMILY = Family("BERT", ("bert",), load_bert)
+FAMILY = Family("BERT", ("bert",), load_bert,
+                vocab_tokenizers={"bert": VocabTokenizer(wordpiece_tokenizer, ("vocab.txt",))})

@@ -29,7 +29,8 @@ from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, split_dropped
 from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, drop_unused, embedding_shapes,
                          embedding_tensors, position_pair, query_scale)
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import deberta_v1_tokenizer
 
 WHAT = "DeBERTa "
 
@@ -102,4 +103,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("DeBERTa", ("deberta",), load)
+FAMILY = Family("DeBERTa", ("deberta",), load,
+                vocab_tokenizers={"deberta": VocabTokenizer(deberta_v1_tokenizer, ("vocab.json", "merges.txt"))})

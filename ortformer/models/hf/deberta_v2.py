@@ -36,7 +36,8 @@ from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
 from .activations import head_activation
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
-from .family import Family
+from .family import Family, VocabTokenizer
+from .spm_tokenizers import deberta_tokenizer
 
 WHAT = "DeBERTa-v2 "
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
@@ -215,4 +216,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("DeBERTa-v2", ("deberta-v2",), load)
+FAMILY = Family("DeBERTa-v2", ("deberta-v2",), load,
+                vocab_tokenizers={"deberta-v2": VocabTokenizer(deberta_tokenizer, ("spm.model",))})

@@ -15,7 +15,8 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import wordpiece_tokenizer
 
 DROPPED_PREFIXES = ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier.",
                     "classifier.", "qa_outputs.")
@@ -80,4 +81,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("DistilBERT", ("distilbert",), load)
+FAMILY = Family("DistilBERT", ("distilbert",), load,
+                vocab_tokenizers={"distilbert": VocabTokenizer(wordpiece_tokenizer, ("vocab.txt",))})

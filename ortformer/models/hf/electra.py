@@ -10,7 +10,8 @@ from ...config import EncoderConfig
 from ..loaded import Loaded
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import wordpiece_tokenizer
 
 # task heads of ElectraFor... checkpoints
 DROPPED_PREFIXES = ("discriminator_predictions.", "generator_predictions.", "generator_lm_head.",
@@ -35,4 +36,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("ELECTRA", ("electra",), load)
+FAMILY = Family("ELECTRA", ("electra",), load,
+                vocab_tokenizers={"electra": VocabTokenizer(wordpiece_tokenizer, ("vocab.txt",))})

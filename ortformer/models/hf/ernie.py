@@ -15,7 +15,8 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import HF_DTYPES, import_folder, make_config, read_json, transformer_dir
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import wordpiece_tokenizer
 
 TASK_TABLE = "embeddings.task_type_embeddings.weight"
 
@@ -52,4 +53,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("ERNIE", ("ernie",), load)
+FAMILY = Family("ERNIE", ("ernie",), load,
+                vocab_tokenizers={"ernie": VocabTokenizer(wordpiece_tokenizer, ("vocab.txt",))})

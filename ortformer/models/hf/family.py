@@ -19,6 +19,14 @@ FAMILY_MODULES = ("bert", "roberta", "distilbert", "electra", "albert", "mpnet",
 
 
 @dataclass(frozen=True)
+class VocabTokenizer:
+    """build(folder) -> tokenizers.Tokenizer (or None for a kind it does not convert), from
+    ``files`` (besides the tokenizer configs) in the folder."""
+    build: Callable
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Family:
     """What one family module imports: its config.json model_types and the loader for them.
 
@@ -26,12 +34,15 @@ class Family:
     builds the Encoder. ``detect``: the family is a variant of its model_types' main family (it
     keeps their model_type, e.g. JinaBERT v2's "bert") and claims a config.json when
     detect(config) holds. ``elsewhere``: model_types this family does not import, each with
-    where to find the encoder it holds instead (quoted when one is refused)."""
+    where to find the encoder it holds instead (quoted when one is refused). ``vocab_tokenizers``:
+    the model_types whose older saves (a vocabulary, no tokenizer.json) ortformer can read texts for."""
     name: str
     model_types: tuple[str, ...]
     load: Callable
     detect: Callable[[dict], bool] | None = None
     elsewhere: Mapping[str, str] = field(default_factory=dict)
+    # model_type -> how a folder saved with only a vocabulary gets its tokenizer.json (vocab_tokenizers.py)
+    vocab_tokenizers: Mapping[str, VocabTokenizer] = field(default_factory=dict)
 
 
 @functools.cache

@@ -18,7 +18,8 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from .bert import map_bert_layout
 from .folder import import_folder, make_config
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import byte_bpe_tokenizer
 from .roberta import DROPPED_PREFIXES, roberta_fields
 
 WHAT = "Longformer "
@@ -59,4 +60,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("Longformer", ("longformer",), load)
+FAMILY = Family("Longformer", ("longformer",), load,
+                vocab_tokenizers={"longformer": VocabTokenizer(byte_bpe_tokenizer, ("vocab.json", "merges.txt"))})

@@ -38,7 +38,9 @@ from .bert import DROPPED_PREFIXES as BERT_DROPPED
 from .bert import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
 from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
                      transformer_dir)
-from .family import Family
+from .family import Family, VocabTokenizer
+from .spm_tokenizers import xlm_roberta_tokenizer
+from .vocab_tokenizers import byte_bpe_tokenizer, esm_tokenizer, wordpiece_tokenizer
 from .roberta import DROPPED_PREFIXES as ROBERTA_DROPPED
 from .roberta import roberta_fields
 
@@ -191,4 +193,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("pre-norm BERT", ("xlm-roberta-xl", "megatron-bert", "esm", "roberta-prelayernorm"), load)
+FAMILY = Family("pre-norm BERT", ("xlm-roberta-xl", "megatron-bert", "esm", "roberta-prelayernorm"), load,
+                vocab_tokenizers={"xlm-roberta-xl": VocabTokenizer(xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
+                                  "megatron-bert": VocabTokenizer(wordpiece_tokenizer, ("vocab.txt",)),
+                                  "esm": VocabTokenizer(esm_tokenizer, ("vocab.txt",)),
+                                  "roberta-prelayernorm": VocabTokenizer(byte_bpe_tokenizer, ("vocab.json", "merges.txt"))})

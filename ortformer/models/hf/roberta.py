@@ -18,7 +18,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from .bert import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
-from .family import Family
+from .family import Family, VocabTokenizer
+from .spm_tokenizers import camembert_tokenizer, xlm_roberta_tokenizer
+from .vocab_tokenizers import byte_bpe_tokenizer
 
 MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "data2vec-text")
 # task heads of RobertaFor... checkpoints
@@ -57,4 +59,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("RoBERTa", ("roberta", "xlm-roberta", "camembert", "data2vec-text"), load)
+FAMILY = Family("RoBERTa", ("roberta", "xlm-roberta", "camembert", "data2vec-text"), load,
+                vocab_tokenizers={"roberta": VocabTokenizer(byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
+                                  "xlm-roberta": VocabTokenizer(xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
+                                  "camembert": VocabTokenizer(camembert_tokenizer, ("sentencepiece.bpe.model",)),
+                                  "data2vec-text": VocabTokenizer(byte_bpe_tokenizer, ("vocab.json", "merges.txt"))})

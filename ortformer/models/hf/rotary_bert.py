@@ -43,7 +43,8 @@ from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
                      transformer_dir)
-from .family import Family
+from .family import Family, VocabTokenizer
+from .vocab_tokenizers import wordpiece_tokenizer
 
 MODEL_TYPES = ("nomic_bert", "gte", "new", "jina_embeddings_v3")
 REQUIRED = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -255,4 +256,5 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("rotary BERT", ("nomic_bert", "gte", "new", "jina_embeddings_v3"), load)
+FAMILY = Family("rotary BERT", ("nomic_bert", "gte", "new", "jina_embeddings_v3"), load,
+                vocab_tokenizers={"nomic_bert": VocabTokenizer(wordpiece_tokenizer, ("vocab.txt",))})

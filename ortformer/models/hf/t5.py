@@ -35,7 +35,8 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, require
-from .family import Family
+from .family import Family, VocabTokenizer
+from .spm_tokenizers import t5_tokenizer
 
 MODEL_TYPES = ("t5", "mt5")
 # feed_forward_proj's activation (after "gated-") maps as BERT's hidden_act (ACTIVATIONS);
@@ -140,4 +141,6 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
                          pooling=pooling, normalize=normalize, name=name)
 
 
-FAMILY = Family("T5", ("t5", "mt5"), load)
+FAMILY = Family("T5", ("t5", "mt5"), load,
+                vocab_tokenizers={"t5": VocabTokenizer(t5_tokenizer, ("spiece.model",)),
+                                  "mt5": VocabTokenizer(t5_tokenizer, ("spiece.model",))})

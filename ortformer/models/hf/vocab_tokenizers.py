@@ -32,9 +32,8 @@ import tempfile
 from pathlib import Path
 
 from ...errors import CheckpointError
+from .family import by_model_type
 from .folder import read_json
-from .spm_tokenizers import (albert_tokenizer, camembert_tokenizer, deberta_tokenizer, t5_tokenizer,
-                             xlm_roberta_tokenizer)
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
@@ -134,28 +133,18 @@ def byte_bpe_tokenizer(folder: Path, specials: dict[str, str] = ROBERTA_SPECIALS
     return tokenizer
 
 
-# config.json model_type -> (builder, the files it reads besides the tokenizer configs)
-BUILDERS = {"bert": (wordpiece_tokenizer, ("vocab.txt",)), "distilbert": (wordpiece_tokenizer, ("vocab.txt",)),
-            "electra": (wordpiece_tokenizer, ("vocab.txt",)), "nomic_bert": (wordpiece_tokenizer, ("vocab.txt",)),
-            "ernie": (wordpiece_tokenizer, ("vocab.txt",)), "esm": (esm_tokenizer, ("vocab.txt",)), "megatron-bert": (wordpiece_tokenizer, ("vocab.txt",)),
-            "data2vec-text": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
-            "xlm-roberta-xl": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
-            "roberta": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
-            "roberta-prelayernorm": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
-            "longformer": (byte_bpe_tokenizer, ("vocab.json", "merges.txt")),
-            "deberta-v2": (deberta_tokenizer, ("spm.model",)),
-            "deberta": (lambda folder: byte_bpe_tokenizer(folder, DEBERTA_SPECIALS), ("vocab.json", "merges.txt")),
-            "xlm-roberta": (xlm_roberta_tokenizer, ("sentencepiece.bpe.model",)),
-            "camembert": (camembert_tokenizer, ("sentencepiece.bpe.model",)),
-            "albert": (albert_tokenizer, ("spiece.model",)),
-            "t5": (t5_tokenizer, ("spiece.model",)), "mt5": (t5_tokenizer, ("spiece.model",))}
+def deberta_v1_tokenizer(folder: Path):
+    """DeBERTa v1's tokenizer: RoBERTa's byte-level BPE with BERT's specials and post-processor."""
+    return byte_bpe_tokenizer(folder, DEBERTA_SPECIALS)
 
 
 def built_tokenizer(model_dir: Path, root: Path, model_type: str) -> Path | None:
     """A tokenizer.json built from the folder's vocabulary (see the module docstrings) for the
-    model types above, when the tokenizers library is installed; None otherwise, and for a
-    BPE-type sentencepiece model."""
-    build, needed = BUILDERS.get(model_type, (None, ()))
+    model types whose Family record names a VocabTokenizer, when the tokenizers library is
+    installed; None otherwise, and for a BPE-type sentencepiece model."""
+    family = by_model_type().get(model_type)
+    spec = family.vocab_tokenizers.get(model_type) if family else None
+    build, needed = (spec.build, spec.files) if spec else (None, ())
     folder = next((d for d in (model_dir, root) if needed and all((d / n).is_file() for n in needed)), None)
     if folder is None:
         return None
