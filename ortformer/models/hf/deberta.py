@@ -25,7 +25,8 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, split_dropped
+from .activations import ACTIVATIONS
+from .bert_layout import BERT_LAYER_NAMES, layer_shapes, split_dropped
 from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, drop_unused, embedding_shapes,
                          embedding_tensors, position_pair, query_scale)
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir

@@ -33,8 +33,8 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS, BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
-from .activations import head_activation
+from .activations import ACTIVATIONS, head_activation
+from .bert_layout import BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import deberta_tokenizer

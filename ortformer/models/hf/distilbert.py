@@ -13,7 +13,7 @@ import torch
 from ...config import EncoderConfig
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS
+from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer

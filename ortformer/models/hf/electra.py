@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...config import EncoderConfig
 from ..loaded import Loaded
-from .bert import bert_fields, check_bert_layout, map_bert_layout
+from .bert_layout import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer

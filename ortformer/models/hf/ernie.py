@@ -13,7 +13,7 @@ from pathlib import Path
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import bert_fields, check_bert_layout, map_bert_layout
+from .bert_layout import bert_fields, check_bert_layout, map_bert_layout
 from .folder import HF_DTYPES, import_folder, make_config, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer

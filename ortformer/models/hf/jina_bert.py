@@ -26,7 +26,7 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, refuse_decoder, split_dropped
+from .bert_layout import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, refuse_decoder, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 from .family import Family
 

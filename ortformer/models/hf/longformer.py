@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
-from .bert import map_bert_layout
+from .bert_layout import map_bert_layout
 from .folder import import_folder, make_config
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import byte_bpe_tokenizer

@@ -40,7 +40,7 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS
+from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
 from .family import Family
 from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas

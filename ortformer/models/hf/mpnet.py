@@ -20,7 +20,8 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS, layer_shapes, post_norm_layers, split_dropped
+from .activations import ACTIVATIONS
+from .bert_layout import layer_shapes, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse, require
 from .family import Family
 

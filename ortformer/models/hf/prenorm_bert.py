@@ -34,8 +34,8 @@ from ...errors import CheckpointError
 from ..layers import Rotary
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import DROPPED_PREFIXES as BERT_DROPPED
-from .bert import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
+from .bert_layout import DROPPED_PREFIXES as BERT_DROPPED
+from .bert_layout import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
 from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
                      transformer_dir)
 from .family import Family, VocabTokenizer

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
-from .bert import bert_fields, check_bert_layout, map_bert_layout
+from .bert_layout import bert_fields, check_bert_layout, map_bert_layout
 from .folder import import_folder, make_config
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import camembert_tokenizer, xlm_roberta_tokenizer

@@ -16,7 +16,7 @@ import torch
 from ...config import EncoderConfig
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import BERT_LAYER_NAMES, bert_fields, bert_layout_shapes, check_bert_layout, post_norm_layers, split_dropped
+from .bert_layout import BERT_LAYER_NAMES, bert_fields, bert_layout_shapes, check_bert_layout, post_norm_layers, split_dropped
 from .folder import HF_DTYPES, import_folder, make_config, refuse
 from .family import Family
 

@@ -33,7 +33,7 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
-from .bert import ACTIVATIONS
+from .activations import ACTIVATIONS
 from .folder import HF_DTYPES, import_folder, make_config, require
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import t5_tokenizer
