@@ -282,7 +282,7 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
     subject = cfg
     if from_path:
         from ..models import load_any
-        from ..models.hf.folder import missing_tokenizer_note
+        from ..models.hf.folder_layout import missing_tokenizer_note
 
         loaded = load_any(from_path, pooling=flags.get("pooling"), normalize=flags.get("normalize"))
         subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()

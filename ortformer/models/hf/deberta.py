@@ -29,7 +29,9 @@ from .activations import ACTIVATIONS
 from .bert_layout import BERT_LAYER_NAMES, layer_shapes, split_dropped
 from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, drop_unused, embedding_shapes,
                          embedding_tensors, position_pair, query_scale)
-from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .config_checks import make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import deberta_v1_tokenizer
 

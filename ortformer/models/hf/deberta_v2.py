@@ -35,7 +35,9 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS, head_activation
 from .bert_layout import BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
-from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .config_checks import make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import deberta_tokenizer
 

@@ -14,7 +14,9 @@ from ...config import EncoderConfig
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .config_checks import make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer
 

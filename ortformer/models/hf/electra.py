@@ -9,7 +9,8 @@ from __future__ import annotations
 from ...config import EncoderConfig
 from ..loaded import Loaded
 from .bert_layout import bert_fields, check_bert_layout, map_bert_layout
-from .folder import import_folder, make_config
+from .config_checks import make_config
+from .folder_import import import_folder
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer
 

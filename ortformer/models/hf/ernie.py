@@ -14,7 +14,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert_layout import bert_fields, check_bert_layout, map_bert_layout
-from .folder import HF_DTYPES, import_folder, make_config, read_json, transformer_dir
+from .config_checks import make_config
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer
 

@@ -27,7 +27,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert_layout import DROPPED_PREFIXES, REQUIRED, layer_shapes, post_norm_layers, refuse_decoder, split_dropped
-from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .config_checks import make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES
 from .family import Family
 
 WHAT = "JinaBERT "

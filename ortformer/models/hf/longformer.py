@@ -17,7 +17,8 @@ from ...config import EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from .bert_layout import map_bert_layout
-from .folder import import_folder, make_config
+from .config_checks import make_config
+from .folder_import import import_folder
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import byte_bpe_tokenizer
 from .roberta import DROPPED_PREFIXES, roberta_fields

@@ -41,7 +41,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, import_folder, make_config, read_json, refuse, require, transformer_dir
+from .config_checks import make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family
 from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 

@@ -22,7 +22,9 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .bert_layout import layer_shapes, post_norm_layers, split_dropped
-from .folder import HF_DTYPES, import_folder, make_config, refuse, require
+from .config_checks import make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES
 from .family import Family
 
 BUCKETS, MAX_DISTANCE = 32, 128  # fixed in transformers' MPNetEncoder.compute_position_bias

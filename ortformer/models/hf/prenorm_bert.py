@@ -36,8 +36,9 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert_layout import DROPPED_PREFIXES as BERT_DROPPED
 from .bert_layout import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
-from .folder import (HF_DTYPES, default_rope_theta, import_folder, make_config, read_json, refuse, require,
-                     transformer_dir)
+from .config_checks import default_rope_theta, make_config, refuse, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import xlm_roberta_tokenizer
 from .vocab_tokenizers import byte_bpe_tokenizer, esm_tokenizer, wordpiece_tokenizer

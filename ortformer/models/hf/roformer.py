@@ -17,7 +17,9 @@ from ...config import EncoderConfig
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .bert_layout import BERT_LAYER_NAMES, bert_fields, bert_layout_shapes, check_bert_layout, post_norm_layers, split_dropped
-from .folder import HF_DTYPES, import_folder, make_config, refuse
+from .config_checks import make_config, refuse
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES
 from .family import Family
 
 DROPPED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.", "encoder.embed_positions.")

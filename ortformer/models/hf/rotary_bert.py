@@ -41,8 +41,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import (HF_DTYPES, import_folder, make_config, read_json, refuse, require, rope_theta,
-                     transformer_dir)
+from .config_checks import make_config, refuse, require, rope_theta
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import wordpiece_tokenizer
 

@@ -34,7 +34,9 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .folder import HF_DTYPES, import_folder, make_config, require
+from .config_checks import make_config, require
+from .folder_import import import_folder
+from .folder_layout import HF_DTYPES
 from .family import Family, VocabTokenizer
 from .spm_tokenizers import t5_tokenizer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import CheckpointError
-from .folder import read_json
+from .folder_layout import read_json
 
 
 def token_text(value) -> str | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ...errors import CheckpointError
 from .family import by_model_type
-from .folder import read_json
+from .folder_layout import read_json
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 WORDPIECE_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...checks import brief
 from ...errors import CheckpointError
-from .folder import default_rope_theta, refuse
+from .config_checks import default_rope_theta, refuse
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 

@@ -1,0 +1,80 @@
+"""``import_folder``: the import every family module's loader runs. Family-specific weight
+mapping lives beside this file (one module per family)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from ...config import SPLADE_POOLINGS, EncoderConfig
+from ...errors import CheckpointError
+from ..loaded import Loaded
+from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
+from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, folder_name, read_json, transformer_dir
+from .heads import classifier_head, mlm_head, mlm_inputs
+from .sentence_config import read_sentence_config
+from .sentence_dense import dense_tensors
+
+
+log = logging.getLogger(__name__)
+MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[str]]]
+
+
+def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderConfig], map_weights: MapWeights,
+                  pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+    """Import a Hugging Face folder (with or without a sentence-transformers layout).
+
+    build(hf_config, common) -> EncoderConfig, where common holds pooling,
+    normalize_embeddings and name; map_weights(tensors, cfg, what, duplicates) ->
+    (ortformer-named tensors, dropped names), checking what it maps.
+    pooling / normalize override the sentence-transformers config; without one the
+    default is pooling="none" (a base model's pooler is not imported). A classifier's head
+    (config.json's architectures, heads.py) becomes the logits output.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise CheckpointError(f"{root} is not a folder; pass a Hugging Face model folder")
+    model_dir = transformer_dir(root)
+    hf_config = read_json(model_dir / "config.json")
+    st = read_sentence_config(root)
+    pooling = pooling or st.pooling or "none"
+    if normalize is None:  # a Normalize module means nothing without a pooled embedding
+        normalize = st.normalize and pooling != "none"
+    # a Dense head maps the pooled vector: without a pooling (pooling="none") it has nothing to map
+    dense = st.dense if st.dense is not None and pooling != "none" else None
+    # a fine-tuned classifier (config.json's architectures) keeps its head as the logits output,
+    # unless a sentence-transformers Pooling module embeds with the base model (AutoModel: the head
+    # is never run there); SPLADE pools the masked-LM head's logits
+    sparse = pooling in SPLADE_POOLINGS
+    model_type = hf_config.get("model_type")
+    if sparse:
+        classifier = mlm_head(hf_config, model_type, str(model_dir))
+    else:
+        classifier = None if st.pooling is not None else classifier_head(hf_config, model_type, str(model_dir))
+    common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or folder_name(root),
+              **(dense.fields() if dense else {}), **(classifier.fields() if classifier else {}),
+              **({"splade_activation": st.splade_activation} if sparse else {})}
+    cfg = build(hf_config, common)
+    # sentence-transformers truncates sentence embeddings only (a SPLADE model's are vocabulary weights);
+    # a truncate_dim at or past the width keeps them whole, as its slice does
+    if st.truncate_dim and pooling != "none" and not sparse and st.truncate_dim < cfg.sentence_size:
+        cfg = cfg.replace(truncate_dim=st.truncate_dim)
+    weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
+    raw, _, duplicates = read_weights(weights)
+    mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
+    if classifier is not None:
+        head_raw, aliased = mlm_inputs(classifier, raw, mapped.get("tokens.weight")) if sparse else (raw, set())
+        head_tensors, used = classifier.tensors(head_raw, cfg.hidden_size, cfg.bias, str(weights))
+        mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used | aliased]
+    if dropped:
+        log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
+    files = [weights]
+    if dense is not None:
+        head, dense_files = dense_tensors(dense, cfg.hidden_size)
+        mapped, files = {**mapped, **head}, [weights, *dense_files]
+    model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
+    # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
+    max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
+    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
+                  weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
+                  default_prompt=st.default_prompt, labels=classifier.labels if classifier else ())
