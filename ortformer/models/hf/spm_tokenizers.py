@@ -7,7 +7,8 @@ gencode/runtime version pairing breaks between releases). The tokenizer built fr
 one transformers builds for the same folder:
 
 DeBERTa-v2/v3 (``spm.model``):
-    normalizer      [Lowercase if do_lower_case] runs of whitespace -> " ", NFC, strip right
+    normalizer      [Lowercase if do_lower_case] the precompiled character map, strip right, runs
+                    of spaces -> " " (without a map: runs of whitespace -> " ", NFC, strip right)
     pre-tokenizer   [Punctuation if split_by_punct] Metaspace(prepend always | first)
     model           Unigram(pieces, unk = unk_token's piece)
     post-processor  [CLS] $A [SEP]
@@ -31,8 +32,8 @@ T5 / mT5 (``spiece.model``):
     pre-tokenizer   WhitespaceSplit, Metaspace
     post-processor  $A </s>
 
-DeBERTa, CamemBERT, ALBERT and T5: control pieces are special tokens, user-defined pieces plain added tokens (XLM-R:
-neither; its unigram model matches them), as transformers has them.
+DeBERTa, CamemBERT, ALBERT and T5: control pieces are special tokens (XLM-R: not); user-defined pieces
+stay in the unigram model, which matches them whole, as sentencepiece and transformers (5.25 on) have them.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from ...errors import CheckpointError
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 MAX_EXTRA_IDS = 10_000  # T5 ships 100 sentinels; a config asking for millions is broken
-CONTROL, USER_DEFINED = 3, 4  # sentencepiece's piece types (1 normal, 2 unknown, 5 unused, 6 byte)
+CONTROL = 3  # a sentencepiece piece type (1 normal, 2 unknown, 4 user-defined, 5 unused, 6 byte)
 UNIGRAM = 1
 
 
@@ -162,13 +163,13 @@ def _unigram(vocab: list[tuple[str, float]], unk_id: int, path: Path):
 
 
 def _piece_tokens(tokenizer, model: SpmModel) -> None:
-    """Control pieces match as special tokens, user-defined pieces as plain ones, both unnormalized."""
+    """Control pieces match as unnormalized special tokens. User-defined pieces stay in the unigram
+    model, which emits them whole as sentencepiece does: as added tokens they would split the text
+    and restart the "▁" prefix after them."""
     from tokenizers import AddedToken
 
-    for piece, _, kind in model.pieces:
-        if kind in (CONTROL, USER_DEFINED):
-            token = AddedToken(piece, special=kind == CONTROL, normalized=False)
-            (tokenizer.add_special_tokens if kind == CONTROL else tokenizer.add_tokens)([token])
+    tokenizer.add_special_tokens([AddedToken(piece, special=True, normalized=False)
+                                  for piece, _, kind in model.pieces if kind == CONTROL])
 
 
 def _metaspace(prepend: str):
@@ -216,9 +217,13 @@ def deberta_tokenizer(folder: Path):
     unk_id = vocab.index((s["unk_token"], 0.0)) if (s["unk_token"], 0.0) in vocab else model.unk_id
     tokenizer = _unigram(vocab, unk_id, path)
     steps = [normalizers.Lowercase()] if s["do_lower_case"] else []
-    tokenizer.normalizer = normalizers.Sequence(
-        [*steps, normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
-         normalizers.Strip(left=False, right=True)])
+    if model.charsmap:  # the trainer's normalization (nmt_nfkc unless told otherwise), as sentencepiece runs it
+        steps += [normalizers.Precompiled(model.charsmap), normalizers.Strip(left=False, right=True),
+                  normalizers.Replace(Regex(r" {2,}"), " ")]
+    else:
+        steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+                  normalizers.Strip(left=False, right=True)]
+    tokenizer.normalizer = normalizers.Sequence(steps)
     metaspace, tokenizer.decoder = _metaspace("always" if s["add_prefix_space"] else "first")
     punctuation = [pre_tokenizers.Punctuation(behavior="isolated")] if s["split_by_punct"] else []
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*punctuation, metaspace])
