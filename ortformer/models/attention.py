@@ -24,20 +24,15 @@ from torch import nn
 
 from ..errors import ConfigError
 from . import linear_forms
-from .layers import RMSNorm, rotate
+from .layers import RMSNorm, at_least_f32, rotate
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
-
-
-def _f32(x: torch.Tensor) -> torch.Tensor:
-    # a Python-level branch, so float32 graphs carry no Cast nodes
-    return x if x.dtype == torch.float32 else x.float()
 
 
 def scaled_scores(q: torch.Tensor, k: torch.Tensor, softcap: float = 0.0) -> torch.Tensor:
     """s = Q K^T / sqrt(D) in float32 (B, H, N, N); with softcap c > 0, c tanh(s / c) (Gemma 2's
     attention logit soft-capping: scores bounded to (-c, c) before any bias or mask)."""
-    scores = _f32(q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    scores = at_least_f32(q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
     return torch.tanh(scores / softcap) * softcap if softcap else scores
 
 
@@ -63,7 +58,7 @@ def softmax_attention(q, k, v, key_mask, eps, scores_bias=None, rotary=None, sof
     else:
         # written out rather than SDPA: the exporter's SDPA decomposition with a (1, H, N, N)
         # mask yields strides that its later reshape-as-view rejects
-        bias = _f32(scores_bias).masked_fill(~key_mask[:, None, None, :], torch.finfo(torch.float32).min)
+        bias = at_least_f32(scores_bias).masked_fill(~key_mask[:, None, None, :], torch.finfo(torch.float32).min)
         scores = scaled_scores(q, k, softcap) + bias  # (B, H, N, N)
         out = scores.softmax(dim=-1).to(q.dtype) @ v  # (B, H, N, D)
     return out * key_mask.any(dim=1).to(out.dtype)[:, None, None, None]  # finite out: 0 where nothing is kept
@@ -77,14 +72,14 @@ def linear_attention(q, k, v, key_mask, eps, rotary=None):
     S = sum_j (R_j phi(k_j))^T v_j  (B, H, D, D) and z = sum_j phi(k_j)  (B, H, 1, D).
     """
     keep = key_mask[:, None, :, None].to(q.dtype)  # (B, 1, N, 1)
-    phi_q = _f32(F.elu(q) + 1)
-    phi_k = _f32(F.elu(k) + 1) * keep
+    phi_q = at_least_f32(F.elu(q) + 1)
+    phi_k = at_least_f32(F.elu(k) + 1) * keep
     k_sum = phi_k.sum(dim=2, keepdim=True)  # (B, H, 1, D)
     if rotary is not None:
-        kv = rotate(phi_k, *rotary).transpose(-2, -1) @ _f32(v)  # (B, H, D, D)
+        kv = rotate(phi_k, *rotary).transpose(-2, -1) @ at_least_f32(v)  # (B, H, D, D)
         numerator = rotate(phi_q, *rotary) @ kv  # (B, H, N, D)
     else:
-        kv = phi_k.transpose(-2, -1) @ _f32(v)  # (B, H, D, D)
+        kv = phi_k.transpose(-2, -1) @ at_least_f32(v)  # (B, H, D, D)
         numerator = phi_q @ kv  # (B, H, N, D)
     denominator = (phi_q * k_sum).sum(dim=-1, keepdim=True) + eps  # (B, H, N, 1)
     return (numerator / denominator).to(q.dtype)
@@ -100,12 +95,12 @@ def efficient_attention(q, k, v, key_mask, eps, rotary=None):
     of row i sum to 1, which is this kernel's (implicit) denominator; it stays 1.
     """
     keep = key_mask[:, None, :, None]  # (B, 1, N, 1)
-    q_soft = _f32(q).softmax(dim=-1)
-    k_scores = _f32(k).masked_fill(~keep, torch.finfo(torch.float32).min)
+    q_soft = at_least_f32(q).softmax(dim=-1)
+    k_scores = at_least_f32(k).masked_fill(~keep, torch.finfo(torch.float32).min)
     k_soft = k_scores.softmax(dim=2) * keep  # zero when every key is padding
     if rotary is not None:
         q_soft, k_soft = rotate(q_soft, *rotary), rotate(k_soft, *rotary)
-    context = k_soft.transpose(-2, -1) @ _f32(v)  # (B, H, D, D)
+    context = k_soft.transpose(-2, -1) @ at_least_f32(v)  # (B, H, D, D)
     return (q_soft @ context).to(q.dtype)
 
 
@@ -119,11 +114,11 @@ def cosine_attention(q, k, v, key_mask, eps, rotary=None):
     weighted average, unlike the linear kernel's phi products.
     """
     keep = key_mask[:, None, :, None].to(torch.float32)  # (B, 1, N, 1)
-    q_hat = F.normalize(_f32(q), dim=-1)
-    k_hat = F.normalize(_f32(k), dim=-1) * keep
+    q_hat = F.normalize(at_least_f32(q), dim=-1)
+    k_hat = F.normalize(at_least_f32(k), dim=-1) * keep
     if rotary is not None:
         q_hat, k_hat = rotate(q_hat, *rotary), rotate(k_hat, *rotary)
-    v_kept = _f32(v) * keep
+    v_kept = at_least_f32(v) * keep
     kv = k_hat.transpose(-2, -1) @ v_kept  # (B, H, D, D)
     numerator = v_kept.sum(dim=2, keepdim=True) + q_hat @ kv  # (B, H, N, D)
     n_kept = keep.sum(dim=2, keepdim=True)  # (B, 1, 1, 1)

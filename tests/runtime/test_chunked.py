@@ -75,6 +75,34 @@ def test_chunked_equals_whole_graph_and_eager(models, kind):
                 assert np.abs(got[name][empty] - ref[name][empty]).max() <= GATES["float32"]["max_abs"]
 
 
+def test_far_positions_meet_the_float32_gate(tmp_path):
+    """Sinusoids at positions in the tens of thousands, five chunks long: onnxruntime (chunked and whole)
+    within the float32 gate of eager PyTorch, and eager float32 within it of a float64 reference.
+
+    An angle p * f turns by p times any difference in f: frequencies computed by each engine's own
+    float32 Exp differed in the last place, and at p ~ 20,000 that alone put 5e-4 between them."""
+    from ortformer.exporter import export
+
+    n, chunk = 20_000, 4096
+    cfg = preset("tiny", attention="linear", vocab_size=0, type_vocab_size=0, positions="sinusoidal",
+                 **{**BASE, "num_layers": 1, "max_positions": 1 << 20})
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = build_encoder(cfg).eval()
+    path = tmp_path / "far.onnx"
+    export(model, path, parity=False)
+    inputs = make_inputs(cfg, Case(1, n, "none"), np.random.default_rng(5))
+    want = eager_runner(model)(inputs)
+    chunked = Runtime(path, "cpu", chunk_size=chunk).run(**inputs)
+    mask = inputs[contract.ATTENTION_MASK]
+    _check(chunked, want, mask)
+    _check(Runtime(path, "cpu", chunk_size=n).run(**inputs), want, mask)
+    with torch.no_grad():
+        exact = model.double()(torch.from_numpy(inputs[contract.INPUTS_EMBEDS]).double(), torch.from_numpy(mask))
+    _check({contract.LAST_HIDDEN_STATE: exact[contract.LAST_HIDDEN_STATE].float().numpy()},
+           {contract.LAST_HIDDEN_STATE: want[contract.LAST_HIDDEN_STATE]}, mask)
+
+
 def test_export_gates_the_chunked_path(models):
     report = read_model_file(models("linear")).parity
     assert report["passed"] and report["chunked"]["passed"]
