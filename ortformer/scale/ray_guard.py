@@ -39,7 +39,7 @@ def is_ray(pid):
     except OSError:
         return False
 
-seen = {}
+seen, first = {}, True
 while True:
     s = stat(driver)
     if s is None or s[0] == "Z":
@@ -60,6 +60,10 @@ while True:
     for pid in family - {driver, os.getpid()}:
         if pid not in seen and is_ray(pid):
             seen[pid] = parents[pid][2]
+    if first:  # guard() returns once what runs now is recorded
+        print("ready", flush=True)
+        sys.stdout.close()
+        first = False
     time.sleep(0.5)
 time.sleep(2)  # a clean shutdown needs no help: give it a moment to finish
 for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -76,12 +80,17 @@ for sig in (signal.SIGTERM, signal.SIGKILL):
 
 
 def guard() -> None:
-    """Start the watchdog for this process's Ray descendants (Linux; a no-op elsewhere)."""
+    """Start the watchdog for this process's Ray descendants (Linux; a no-op elsewhere).
+
+    Returns once the watchdog has recorded the descendants alive now, so a driver killed right
+    after this call leaves none of them behind (and a test needs no sleep to know they are seen)."""
     if not os.path.isdir("/proc"):
         return
-    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid())], start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     close_fds=True)
+    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid())], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                close_fds=True)
+    watchdog.stdout.readline()  # "ready", or "" if it died: either way nothing more to wait for
+    watchdog.stdout.close()
 
 
 @contextlib.contextmanager

@@ -92,8 +92,7 @@ def test_ray_processes_do_not_outlive_a_killed_driver():
     repo = Path(__file__).resolve().parents[2]
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(repo)})
-    agent = int(driver.stdout.readline())
-    time.sleep(1.5)  # the watchdog has seen the agent
+    agent = int(driver.stdout.readline())  # printed after guard(), which returns once the agent is recorded
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     deadline = time.monotonic() + 15
