@@ -6,14 +6,12 @@ soak: thousands of examples per property, random seeds (tests/reliability scales
 """
 import os
 import tempfile
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-
-sys.path.insert(0, str(Path(__file__).parent / "runtime"))
-from exported_models import exported  # noqa: E402
+from support.exported_models import exported
+from support.text_models import export_text_model
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
@@ -36,6 +34,11 @@ def tokens_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def features_model(tmp_path_factory) -> Path:
     return exported("features", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def text_model(tmp_path_factory) -> Path:
+    return export_text_model(tmp_path_factory)
 
 
 @pytest.fixture
@@ -83,8 +86,8 @@ def cached_tracing(monkeypatch):
 # The slowest files first (figures of `./dev test --durations=0`, 30-290 s of worker time each):
 # `--dist loadfile` hands whole files to the two workers in collection order, so a slow file
 # collected last would leave one worker running it alone at the end.
-SLOW_FIRST = ("tests/exporter/test_export.py", "tests/test_cli_examples.py", "tests/runtime/test_chunked.py",
-              "tests/exporter/test_atomic.py", "tests/test_cli_export_checks.py", "tests/models/test_classifier_heads.py",
+SLOW_FIRST = ("tests/exporter/test_export.py", "tests/cli/test_cli_examples.py", "tests/runtime/test_chunked.py",
+              "tests/exporter/test_atomic.py", "tests/cli/test_cli_export_checks.py", "tests/models/test_classifier_heads.py",
               "tests/test_bench.py", "tests/models/test_gemma.py", "tests/exporter/test_linear_memory.py",
               "tests/reliability/test_numerics.py", "tests/models/test_splade.py", "tests/models/test_checkpoint.py")
 

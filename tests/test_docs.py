@@ -1,7 +1,7 @@
 """The README and docs/ pages: the README opens with the two commands, and every relative link
 resolves to a file of the repository (and, with an anchor, to a heading of that page).
 
-The commands in their bash blocks run in tests/test_cli_examples.py.
+The commands in their bash blocks run in tests/cli/test_cli_examples.py.
 """
 import re
 from pathlib import Path

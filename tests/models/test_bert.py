@@ -13,7 +13,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub: everything below is local
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from hf_support import patch_config  # noqa: E402
+from support.hf import patch_config  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from hf_support import cases, inputs_for, transformers
+from support.hf import cases, inputs_for, transformers
 
 from ortformer import contract
 from ortformer.config import EncoderConfig, preset
@@ -296,11 +296,7 @@ def test_bad_label_metadata_and_heads_are_refused(tmp_path):
 
 
 def test_cli_exports_a_cross_encoder_and_scores_pairs(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    from cli_helpers import fail, invoke
+    from support.cli import fail, invoke
 
     folder = tmp_path / "ce"
     torch.manual_seed(2)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hf_support import (assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers,
+from support.hf import (assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers,
                         with_config)
 
 from ortformer.errors import CheckpointError

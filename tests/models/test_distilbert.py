@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hf_support import (assert_matches_transformers, assert_sentence_transformers_parity, hf_reference,
+from support.hf import (assert_matches_transformers, assert_sentence_transformers_parity, hf_reference,
                         load_and_export, save_hf, transformers, with_config)
 
 from ortformer.errors import CheckpointError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export,
+from support.hf import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export,
                         mean_pooling_layout, save_hf, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from hf_support import save_hf, sentence_folder, st_embeddings, transformers
+from support.hf import save_hf, sentence_folder, st_embeddings, transformers
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any

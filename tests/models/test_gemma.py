@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from hf_support import (TOKENIZER_FILES, assert_matches_transformers, assert_only_the_import_matches, assert_same_embeddings,
+from support.hf import (TOKENIZER_FILES, assert_matches_transformers, assert_only_the_import_matches, assert_same_embeddings,
                         cases, hf_reference, load_and_export, save_hf, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError

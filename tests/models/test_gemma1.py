@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_support import assert_matches_transformers, hf_reference, load_and_export, transformers, with_config
+from support.hf import assert_matches_transformers, hf_reference, load_and_export, transformers, with_config
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
+from support.hf import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
                         load_and_export, transformers, with_config)
 
 from ortformer.config import EncoderConfig

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hf_support import GATE, cases, inputs_for, load_and_export, mean_pooling_layout
+from support.hf import GATE, cases, inputs_for, load_and_export, mean_pooling_layout
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 

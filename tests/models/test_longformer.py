@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
+from support.hf import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
                         load_and_export, save_hf, transformers, with_config)
 
 from ortformer.errors import CheckpointError

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from hf_support import assert_sentence_transformers_parity, save_hf, transformers
+from support.hf import assert_sentence_transformers_parity, save_hf, transformers
 
 from ortformer.models import load_any
 from ortformer.models.encoder import pool

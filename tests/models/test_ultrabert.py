@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from hf_support import assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers, with_config
+from support.hf import assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers, with_config
 
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from hf_support import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
+from support.hf import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
                         transformers)
 
 from ortformer.errors import CheckpointError

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "runtime"))
-from reliability_support import FIGURES, Figures
+from support.reliability import FIGURES, Figures
 
 from ortformer.runtime import Runtime
 

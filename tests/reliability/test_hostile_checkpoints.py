@@ -25,7 +25,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability_support import scaled
+from support.reliability import scaled
 
 from ortformer.config import preset
 from ortformer.errors import CheckpointError
@@ -289,7 +289,7 @@ def test_a_config_describing_a_huge_model_is_refused_before_building_it(tmp_path
     import subprocess
     import sys
 
-    from reliability_support import child_env
+    from support.reliability import child_env
 
     torch.save(build_encoder(CFG, seed=0).state_dict(), tmp_path / "model.pt")  # no embedded config
     (tmp_path / "config.json").write_text(preset("tiny", hidden_size=2**16, num_heads=4, num_layers=64,

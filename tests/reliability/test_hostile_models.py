@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
-from reliability_support import child_env, scaled
+from support.reliability import child_env, scaled
 
 from ortformer import contract
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reliability_support import good_request, scaled
+from support.reliability import good_request, scaled
 
 from ortformer import contract
 from ortformer.errors import InputError

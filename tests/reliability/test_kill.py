@@ -19,15 +19,14 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
-from reliability_support import child_env, scaled
+from support import kill_child
+from support.reliability import SUPPORT, child_env, scaled
 
 from ortformer.errors import CheckpointError, ExportError
 from ortformer.models import build_encoder
 from ortformer.models.checkpoint import load_checkpoint, save_checkpoint
 from ortformer.runtime import Runtime, read_model_file
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def states_equal(a: dict, b: dict) -> bool:
@@ -40,7 +39,7 @@ def trials(tmp_path_factory, tokens_model) -> list[dict]:
     plan = {"workdir": str(workdir), "seed": 20261129, "checkpoint_trials": scaled(26),
             "export_trials": scaled(6), "old_model": str(tokens_model)}
     (workdir / "plan.json").write_text(json.dumps(plan))
-    out = subprocess.run([sys.executable, str(HERE / "kill_child.py"), str(workdir / "plan.json")],
+    out = subprocess.run([sys.executable, str(SUPPORT / "kill_child.py"), str(workdir / "plan.json")],
                          check=False, capture_output=True, text=True, env=child_env(), timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -49,8 +48,6 @@ def trials(tmp_path_factory, tokens_model) -> list[dict]:
 
 
 def test_checkpoint_save_killed_anywhere_leaves_old_or_new(trials, figures):
-    import kill_child
-
     old_state = build_encoder(kill_child.CKPT_OLD, seed=0).state_dict()
     new_state = build_encoder(kill_child.CKPT_NEW, seed=1).state_dict()
     outcomes = {"old": 0, "new": 0}

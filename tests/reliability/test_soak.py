@@ -15,15 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from reliability_support import child_env, scaled
+from support.reliability import SUPPORT, child_env, scaled
 
 from ortformer.runtime import Runtime
 
-HERE = Path(__file__).resolve().parent
 
 
 def soak(model: Path, provider: str, calls: int, threads: int = 8) -> dict:
-    out = subprocess.run([sys.executable, str(HERE / "soak_child.py"), str(model), provider, str(calls), str(threads), "7"],
+    out = subprocess.run([sys.executable, str(SUPPORT / "soak_child.py"), str(model), provider, str(calls), str(threads), "7"],
                          check=False, capture_output=True, text=True, env=child_env(), timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

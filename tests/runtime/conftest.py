@@ -1,13 +1,10 @@
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.exported_models import exported
 
-sys.path.insert(0, str(Path(__file__).parent))
-from exported_models import exported  # noqa: E402
-
-from ortformer.runtime import Runtime  # noqa: E402
+from ortformer.runtime import Runtime
 
 
 @pytest.fixture(scope="session")

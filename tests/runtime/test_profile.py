@@ -3,7 +3,7 @@ from collections import Counter
 
 import onnx
 import pytest
-from test_torch_free import run_python
+from support.torch_free import run_python
 
 from ortformer.config import preset
 from ortformer.errors import InputError, ModelFileError

@@ -4,7 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
-from exported_models import CONFIGS
+from support.exported_models import CONFIGS
 
 from ortformer import contract
 from ortformer.errors import InputError, ProviderError

@@ -19,11 +19,9 @@ import numpy as np
 import pytest
 
 from ortformer.cli import cli
+from support.text_models import minilm_tokenizer  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent / "scale"))
-from conftest import minilm_tokenizer  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL_NAMES = ("tiny.onnx", "m.onnx", "model.onnx")
 # examples that need what this machine or a unit test cannot give: said why, and not run
 NOT_RUN = {

@@ -11,11 +11,8 @@ from ortformer import contract, cost
 from ortformer.errors import ModelFileError, ParityError
 from ortformer.modelfile import file_weights_digest
 from ortformer.runtime import Runtime, read_model_file
-
-sys.path.insert(0, str(Path(__file__).parent / "scale"))
-from conftest import minilm_tokenizer  # noqa: E402
-sys.path.insert(0, str(Path(__file__).parent))
-from cli_helpers import fail, invoke  # noqa: E402
+from support.text_models import minilm_tokenizer  # noqa: E402
+from support.cli import fail, invoke  # noqa: E402
 
 
 def with_metadata(src: Path, dest: Path, key: str, value: str) -> Path:
@@ -171,8 +168,7 @@ def test_export_from_a_folder_lists_the_tensors_it_drops(tmp_path):
 def test_check_against_a_folder_compares_how_texts_are_read(tmp_path):
     """A file must cut, split and prompt texts as the folder it is checked against does;
     a file that takes texts reruns the real-sentence check."""
-    sys.path.insert(0, str(Path(__file__).parent / "models"))
-    from hf_support import save_hf, sentence_folder, transformers
+    from support.hf import save_hf, sentence_folder, transformers
 
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                      intermediate_size=48, max_position_embeddings=64)

@@ -1,4 +1,4 @@
-"""Zygote for the SIGKILL trials of test_kill.py (run as a script, not collected).
+"""Zygote for the SIGKILL trials of tests/reliability/test_kill.py (run as a script, not collected).
 
 Imports torch and ortformer once, then forks one child per trial; the child writes
 (save_checkpoint or export) into the trial's own folder and is SIGKILLed at a random

@@ -1,6 +1,5 @@
 """Run `ortformer ARGS...` in-process through click's CliRunner and check how it exited.
-Shared by the tests/test_cli_*.py files (each puts this folder on sys.path, as tests/runtime
-does for exported_models)."""
+Shared by the tests/cli files and the family tests that drive the CLI."""
 from click.testing import CliRunner
 
 from ortformer.cli import cli

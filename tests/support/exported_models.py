@@ -1,5 +1,5 @@
 """Models exported once per test session with the real exporter, shared by
-tests/runtime and tests/test_cli_runtime.py (export takes ~10 s each on 2 cores)."""
+tests/runtime, tests/cli and tests/reliability (export takes ~10 s each on 2 cores)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,18 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "runtime"))
-from exported_models import exported  # noqa: E402
-sys.path.insert(0, str(Path(__file__).parent))
-from cli_helpers import fail_stderr as fail, invoke  # noqa: E402
+from support.exported_models import exported  # noqa: E402
+from support.cli import fail_stderr as fail, invoke  # noqa: E402
 
 from ortformer.cli.common import human_size  # noqa: E402
 from ortformer.cli.runtime_cmd import COMMANDS  # noqa: E402
 from ortformer.cost import parameter_count  # noqa: E402
 from ortformer.runtime import Runtime  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

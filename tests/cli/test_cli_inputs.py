@@ -9,12 +9,8 @@ import pytest
 from ortformer import contract
 from ortformer.cli.common import thread_limit
 from ortformer.runtime import Runtime
-
-sys.path.insert(0, str(Path(__file__).parent / "scale"))
 # the session fixture text_model: tiny with BERT's vocabulary and the MiniLM tokenizer beside it
-from conftest import text_model  # noqa: E402,F401
-sys.path.insert(0, str(Path(__file__).parent))
-from cli_helpers import fail, invoke  # noqa: E402
+from support.cli import fail, invoke  # noqa: E402
 
 DEEP = "[" * 3000 + "]" * 3000
 

@@ -2,7 +2,6 @@
 import json
 import os
 import sys
-from pathlib import Path
 
 import onnx
 import pytest
@@ -10,9 +9,7 @@ import pytest
 from ortformer.cli.export_cmd import COMMANDS, config_from_options
 from ortformer.errors import ConfigError
 from ortformer.runtime import Runtime
-
-sys.path.insert(0, str(Path(__file__).parent))
-from cli_helpers import fail_stderr as fail, invoke  # noqa: E402
+from support.cli import fail_stderr as fail, invoke  # noqa: E402
 
 # the CLI around export is under test here, not tracing: one trace per model per session
 pytestmark = pytest.mark.usefixtures("cached_tracing")
@@ -183,7 +180,6 @@ def test_bad_triton_name_is_refused_before_exporting(name, tmp_path):
 def test_torch_verbs_without_torch_name_the_extra(verb, tmp_path):
     """In a process where torch cannot be imported, torch verbs say which extra to install."""
     import subprocess
-    import sys
 
     model = tmp_path / "m.onnx"
     model.write_bytes(b"placeholder")

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 
 from ortformer import fsutil
-
-sys.path.insert(0, str(Path(__file__).parent / "scale"))
 # the session fixture text_model: tiny with BERT's vocabulary and the MiniLM tokenizer beside it
-from conftest import text_model  # noqa: E402,F401
-sys.path.insert(0, str(Path(__file__).parent))
-from cli_helpers import fail, invoke  # noqa: E402
+from support.cli import fail, invoke  # noqa: E402
 
 # root writes through file modes; /proc refuses new files to everyone
 UNWRITABLE = Path("/proc")

@@ -1,5 +1,5 @@
-"""Helpers shared by the reliability tests (imported as a plain module: conftest.py puts
-this folder on sys.path, as tests/runtime does for exported_models)."""
+"""Helpers shared by the reliability tests: loop counts scaled by the Hypothesis profile,
+the figures they report, and the environment of their child processes."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 from hypothesis import settings
 
-ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent  # also holds the child processes' scripts
+ROOT = SUPPORT.parents[1]
 
 
 class Figures:
