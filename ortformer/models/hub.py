@@ -20,7 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import CheckpointError, HubError, MissingExtraError
-from .hf.folder_layout import LEGACY_TOKENIZER_FILES, TOKENIZER_NAME, module_dir, st_modules, transformer_dir
+from .hf.folder_layout import (LEGACY_TOKENIZER_FILES, TOKENIZER_NAME, module_dir, module_kind, st_modules,
+                                transformer_dir)
 from .weights import INDEX_SUFFIX, shard_names
 
 # read by the folder importers in every folder they look in (root, sentence-transformers modules):
@@ -107,17 +108,30 @@ def check_revision(revision: str | None) -> None:
                        "repository (e.g. main, v1.0 or a 40-hex commit)")
 
 
+def _folders(root: Path | None) -> dict[str, bool]:
+    """The folders an import reads, relative to the snapshot ("" the root), each with whether it
+    may hold weights: the root, and the modules modules.json names (Transformer and Dense ones hold
+    weights; Pooling and Normalize a config.json only)."""
+    folders = {"": True}
+    if root is not None and (root / "modules.json").is_file():
+        for module in st_modules(root):
+            rel = module_dir(root, module).relative_to(root).as_posix()
+            weighted = module_kind(module) in ("Transformer", "MLMTransformer", "Dense")
+            key = "" if rel == "." else rel
+            folders[key] = folders.get(key, False) or weighted
+    return folders
+
+
 def wanted_files(folder: Path | None, requested: set[str]) -> set[str]:
     """The repository files the import of ``folder`` reads, as far as the files already there tell
     (``requested``: names already asked for, so a missing one is known to be absent)."""
     root = folder if folder is not None and folder.is_dir() else None
-    dirs = [""]
-    if root is not None and (root / "modules.json").is_file():
-        dirs += [module_dir(Path(), m).as_posix() for m in st_modules(root)]
     wanted: set[str] = set()
-    for d in dict.fromkeys("" if d == "." else d for d in dirs):
+    for d, weighted in _folders(root).items():
         at = (lambda name, d=d: f"{d}/{name}" if d else name)
-        wanted.update(at(n) for n in (*CONFIG_FILES, *SAFE_WEIGHTS))
+        wanted.update(at(n) for n in (*CONFIG_FILES, *(SAFE_WEIGHTS if weighted else ())))
+        if not weighted:
+            continue
         here = (root / d) if root is not None else None
         present = [n for n in (*SAFE_WEIGHTS, *PICKLE_WEIGHTS) if here is not None and (here / n).is_file()]
         if not present and all(at(n) in requested for n in SAFE_WEIGHTS):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from hf_support import save_hf, sentence_folder, transformers
 from ortformer import contract
 from ortformer.errors import CheckpointError, HubError
 from ortformer.models import load_any
-from ortformer.models.hub import resolve_folder, wanted_files
+from ortformer.models.hub import wanted_files
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_helpers import fail, invoke  # noqa: E402
@@ -146,6 +145,26 @@ def test_a_snapshot_linking_out_of_the_cache_is_refused(hub, tmp_path, monkeypat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubError, match="outside the hub cache folder"):
         load_any("org/linked", cache_dir=cache)
+
+
+def test_an_older_save_fetches_its_pickle_and_vocabulary(hub, model):
+    """A plain transformers folder with pytorch_model.bin and vocab.txt only: fetched once no
+    safetensors and no tokenizer.json turn out to be there, and imported as the local folder is."""
+    import io
+
+    import torch
+    from safetensors.torch import load_file
+
+    folder, files, _ = model
+    weights = io.BytesIO()
+    torch.save(load_file(str(folder / "model.safetensors")), weights)
+    old = {"config.json": files["config.json"], "pytorch_model.bin": weights.getvalue(), "vocab.txt": files["vocab.txt"],
+           "tokenizer_config.json": files["tokenizer_config.json"], "README.md": b"# old"}
+    hub.repos["org/old"] = Repo({commit_id(old): old}, {"main": commit_id(old)})
+    loaded = load_any("org/old")
+    assert hub.fetched() == {"config.json", "pytorch_model.bin", "vocab.txt", "tokenizer_config.json"}
+    assert loaded.source == f"hf:org/old@{commit_id(old)},{digest(old['pytorch_model.bin'])}"
+    assert loaded.tokenizer is not None and loaded.config.pooling == "none"  # built from vocab.txt
 
 
 def test_wanted_files_prefer_safetensors_and_follow_the_index(tmp_path):
