@@ -92,10 +92,12 @@ def test_load_by_id_fetches_only_what_the_import_reads(hub, model, tmp_path):
     assert loaded.config.name == "tiny-bert" and loaded.config.pooling == "mean"
 
 
-def test_revision_fetches_that_commit(hub, model):
+def test_revision_fetches_that_commit(hub, model, tmp_path, monkeypatch):
     _, _, v1_files = model
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))  # over HF_HOME/hub
     loaded = load_any(REPO, revision="v1")
     assert loaded.source == f"hf:{REPO}@{commit_id(v1_files)},{digest(v1_files['model.safetensors'])}"
+    assert loaded.fetched == tmp_path / "hub-cache" / "models--org--tiny-bert" / "snapshots" / commit_id(v1_files)
     with pytest.raises(HubError, match=r"org/tiny-bert has no revision 'v2': give a branch, tag or commit"):
         load_any(REPO, revision="v2")
     with pytest.raises(HubError, match="is not a branch, tag or commit name"):
@@ -188,8 +190,9 @@ def test_export_and_check_by_id(hub, model, tmp_path, monkeypatch, cached_tracin
     for name in ("hub", "local"):
         Path(name).mkdir()
     # no parity gate here (check --against below reruns it): the report holds timings
-    done = invoke("export", "--from", REPO, "-o", "hub/m.onnx", "--no-parity")
+    done = invoke("export", "--from", REPO, "--cache-dir", "cache", "-o", "hub/m.onnx", "--no-parity")
     assert "No files matched" not in done.stderr  # a round asking for a file the repository lacks is no news
+    assert Path("cache/models--org--tiny-bert").is_dir() and not (tmp_path / "hf-home").exists()
     invoke("export", "--from", folder, "-o", "local/m.onnx", "--no-parity")
     by_id, local = onnx.load("hub/m.onnx"), onnx.load("local/m.onnx")
     meta = {p.key: p.value for p in by_id.metadata_props}
