@@ -161,17 +161,19 @@ def fetch(repo_id: str, *, revision: str | None = None, cache_dir=None) -> HubSn
     cache = _cache_root(hub, cache_dir)
     offline = _offline(hub)
     endpoint = (os.environ.get("HF_ENDPOINT") or hub.constants.ENDPOINT).rstrip("/")
+    storage = cache / hub.repo_folder_name(repo_id=repo_id, repo_type="model")
     folder, at, requested = None, revision, set()
     while True:
         new = sorted(wanted_files(folder, requested) - requested)
         if not new:
             break
         folder = _download(hub, repo_id, at, new, cache=cache, endpoint=endpoint, offline=offline)
+        # checked before the next round reads what this one fetched (modules.json, an index)
+        if not _COMMIT.fullmatch(folder.name):
+            raise HubError(f"{repo_id}: the hub cache gave {folder}, not a snapshot folder named by its commit")
+        _check_inside(folder, storage)
         at = folder.name  # every later round at this commit, wherever the branch moves meanwhile
         requested.update(new)
-    if not _COMMIT.fullmatch(folder.name):
-        raise HubError(f"{repo_id}: the hub cache gave {folder}, not a snapshot folder named by its commit")
-    _check_inside(folder, cache / hub.repo_folder_name(repo_id=repo_id, repo_type="model"))
     if not (folder / "config.json").is_file() and not (folder / "modules.json").is_file():
         raise HubError(f"{repo_id} (commit {folder.name}) holds no config.json: ortformer imports Hugging Face and "
                        "sentence-transformers model repositories")
