@@ -236,8 +236,8 @@ class FromOption(click.Option):
 @click.option("--max-batch-size", type=click.IntRange(min=1),
               help="Triton max_batch_size (with --triton-repo; default 64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, revision, cache_dir, tokenizer, truncate_dim, lowercase_texts, no_fused_ops, seed,
-                   output, print_config,
+def export_command(preset_name, config_file, from_path, revision, cache_dir, tokenizer, truncate_dim, lowercase_texts,
+                   no_fused_ops, seed, output, print_config,
                    opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
