@@ -137,6 +137,14 @@ def test_errors_say_what_to_do(hub, tmp_path):
     assert all(path.startswith(("/api/models/org/", "/org/")) for _, path in hub.requests)
 
 
+def test_without_huggingface_hub_an_id_names_the_extra(monkeypatch):
+    for name in [m for m in sys.modules if m == "huggingface_hub" or m.startswith("huggingface_hub.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # makes `import huggingface_hub...` raise ImportError
+    with pytest.raises(CheckpointError, match=r"org/x does not exist; .*a hub id needs huggingface_hub: "
+                                              r"pip install 'ortformer\[export\]'"):
+        load_any("org/x")
+
+
 def test_a_snapshot_linking_out_of_the_cache_is_refused(hub, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     commit = fill_cache(cache, "org/linked", {"config.json": b"{}"})
