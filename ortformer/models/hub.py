@@ -108,17 +108,18 @@ def check_revision(revision: str | None) -> None:
                        "repository (e.g. main, v1.0 or a 40-hex commit)")
 
 
-def _folders(root: Path | None) -> dict[str, bool]:
-    """The folders an import reads, relative to the snapshot ("" the root), each with whether it
-    may hold weights: the root, and the modules modules.json names (Transformer and Dense ones hold
-    weights; Pooling and Normalize a config.json only)."""
-    folders = {"": True}
+def _folders(root: Path | None) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """The folders an import reads, relative to the snapshot ("" the root), each with the config
+    files read there and whether it may hold weights: the root and a Transformer module all of
+    CONFIG_FILES and weights; a Dense module its config.json and weights; Pooling, Normalize and
+    the other modules their config.json."""
+    folders = {"": (CONFIG_FILES, True)}
     if root is not None and (root / "modules.json").is_file():
         for module in st_modules(root):
             rel = module_dir(root, module).relative_to(root).as_posix()
-            weighted = module_kind(module) in ("Transformer", "MLMTransformer", "Dense")
-            key = "" if rel == "." else rel
-            folders[key] = folders.get(key, False) or weighted
+            kind = module_kind(module)
+            files = CONFIG_FILES if kind in ("Transformer", "MLMTransformer") else ("config.json",)
+            folders.setdefault("" if rel == "." else rel, (files, kind in ("Transformer", "MLMTransformer", "Dense")))
     return folders
 
 
@@ -127,9 +128,9 @@ def wanted_files(folder: Path | None, requested: set[str]) -> set[str]:
     (``requested``: names already asked for, so a missing one is known to be absent)."""
     root = folder if folder is not None and folder.is_dir() else None
     wanted: set[str] = set()
-    for d, weighted in _folders(root).items():
+    for d, (files, weighted) in _folders(root).items():
         at = (lambda name, d=d: f"{d}/{name}" if d else name)
-        wanted.update(at(n) for n in (*CONFIG_FILES, *(SAFE_WEIGHTS if weighted else ())))
+        wanted.update(at(n) for n in (*files, *(SAFE_WEIGHTS if weighted else ())))
         if not weighted:
             continue
         here = (root / d) if root is not None else None
@@ -167,7 +168,7 @@ def fetch(repo_id: str, *, revision: str | None = None, cache_dir=None) -> HubSn
         new = sorted(wanted_files(folder, requested) - requested)
         if not new:
             break
-        folder = _download(hub, repo_id, at, new, cache=cache, endpoint=endpoint, offline=offline)
+        folder = _download(hub, repo_id, at, new, cache=cache, endpoint=endpoint, offline=offline, asked=revision)
         # checked before the next round reads what this one fetched (modules.json, an index)
         if not _COMMIT.fullmatch(folder.name):
             raise HubError(f"{repo_id}: the hub cache gave {folder}, not a snapshot folder named by its commit")
@@ -199,9 +200,12 @@ def _no_match_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("No files matched")
 
 
-def _download(hub, repo_id: str, revision, names: list[str], *, cache: Path, endpoint: str, offline: bool) -> Path:
+def _download(hub, repo_id: str, revision, names: list[str], *, cache: Path, endpoint: str, offline: bool,
+              asked: str | None) -> Path:
+    """snapshot_download of ``names`` at ``revision`` (after the first round, the commit the revision
+    ``asked`` resolved to); huggingface_hub's errors become HubErrors that say what to do."""
     errors = hub.errors
-    where = f"{repo_id}" + (f" (revision {revision})" if revision else "")
+    where = f"{repo_id}" + (f" (revision {asked})" if asked else "")
     notices = logging.getLogger(hub.snapshot_download.__module__)
     notices.addFilter(_no_match_notice)
     try:
@@ -214,7 +218,7 @@ def _download(hub, repo_id: str, revision, names: list[str], *, cache: Path, end
         raise HubError(f"{repo_id} is neither a local path nor a model on the hub ({endpoint}): check the name, "
                        "or log in (`hf auth login`, or set HF_TOKEN) if it is private") from None
     except errors.RevisionNotFoundError:
-        raise HubError(f"{repo_id} has no revision {revision!r}: give a branch, tag or commit of the "
+        raise HubError(f"{repo_id} has no revision {asked or 'main'!r}: give a branch, tag or commit of the "
                        "repository") from None
     except errors.LocalEntryNotFoundError as exc:
         incomplete = type(exc).__name__ == "IncompleteSnapshotError"

