@@ -24,9 +24,9 @@ from .hf.folder_layout import (LEGACY_TOKENIZER_FILES, TOKENIZER_NAME, module_di
                                 transformer_dir)
 from .weights import INDEX_SUFFIX, shard_names
 
-# read by the folder importers in every folder they look in (root, sentence-transformers modules):
-# the configs (folder_layout, sentence_config, sentence_dense), the tokenizer and its settings
-# (tokenizer_settings, vocab_tokenizers)
+# read by the folder importers in the root and the Transformer module's folder: the configs
+# (folder_layout, sentence_config), the tokenizer and its settings (tokenizer_settings,
+# vocab_tokenizers); the other modules' folders hold a config.json (and a Dense one its weights)
 CONFIG_FILES = ("config.json", "modules.json", "config_sentence_transformers.json", "sentence_bert_config.json",
                 TOKENIZER_NAME, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 # the weights, in find_weights' order of preference: safetensors (whole, then sharded) before any pickle
