@@ -14,6 +14,11 @@ class CheckpointError(OrtformerError):
     """A checkpoint is unreadable, unsafe, or does not match its config."""
 
 
+class HubError(CheckpointError):
+    """A model named by its Hugging Face hub id cannot be fetched: an unknown or gated repository,
+    a revision it lacks, no cached copy offline, the hub unreachable."""
+
+
 class ExportError(OrtformerError):
     """Exporting to ONNX failed, or the destination cannot be written."""
 

@@ -169,7 +169,25 @@ def architecture_options(func):
     return func
 
 
-FROM_HELP = "Export trained weights: an ortformer checkpoint or a local Hugging Face folder"
+FROM_HELP = ("Export trained weights: an ortformer checkpoint, a local Hugging Face folder, or a Hugging Face hub id "
+             "(org/name, fetched into the hub cache: --revision, --cache-dir, HF_HUB_OFFLINE)")
+
+
+def hub_options(target: str):
+    """--revision and --cache-dir, for a hub id given to ``target`` (--from, --against)."""
+    def apply(func):
+        func = click.option("--cache-dir", type=click.Path(file_okay=False),
+                            help=f"Hub cache folder for a hub id given to {target} (default: HF_HUB_CACHE, "
+                                 "else HF_HOME/hub, else ~/.cache/huggingface/hub).")(func)
+        return click.option("--revision", help=f"Branch, tag or commit of a hub id given to {target} "
+                                               "(default: main).")(func)
+    return apply
+
+
+def check_hub_options(value, revision, cache_dir, target: str) -> None:
+    given = [name for name, v in (("--revision", revision), ("--cache-dir", cache_dir)) if v is not None]
+    if given and not value:
+        raise click.UsageError(f"{' and '.join(given)} apply to a hub id given to {target}; give {target} org/name")
 
 
 class FromOption(click.Option):
@@ -188,7 +206,8 @@ class FromOption(click.Option):
 
 @click.command("export")
 @architecture_options
-@click.option("--from", "from_path", cls=FromOption, type=click.Path(exists=True), help=FROM_HELP + ".")
+@click.option("--from", "from_path", cls=FromOption, type=click.Path(), help=FROM_HELP + ".")
+@hub_options("--from")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="tokenizer.json to ship beside the model (default: the one found with --from).")
 @click.option("--truncate-dim", type=click.IntRange(min=1),
@@ -217,8 +236,8 @@ class FromOption(click.Option):
 @click.option("--max-batch-size", type=click.IntRange(min=1),
               help="Triton max_batch_size (with --triton-repo; default 64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim, lowercase_texts, no_fused_ops, seed,
-                   output, print_config,
+def export_command(preset_name, config_file, from_path, revision, cache_dir, tokenizer, truncate_dim, lowercase_texts,
+                   no_fused_ops, seed, output, print_config,
                    opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
@@ -231,11 +250,13 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
       ortformer export --preset tiny --ffn-gated --activation silu --no-bias -o swiglu.onnx
       ortformer export --config my_config.json --seed 3 -o m.onnx --force --json
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
+      ortformer export --from sentence-transformers/all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
       ortformer export --preset tiny -o tiny.onnx --triton-repo models --triton-name tiny
     """
     from ..errors import require_torch
 
+    check_hub_options(from_path, revision, cache_dir, "--from")
     if from_path:
         given = [f"--{'no-' if value is False else ''}{flag.replace('_', '-')}" for flag, value in flags.items()
                  if value is not None and flag not in FROM_FLAGS]
@@ -284,9 +305,10 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
         from ..models import load_any
         from ..models.hf.folder_layout import missing_tokenizer_note
 
-        loaded = load_any(from_path, pooling=flags.get("pooling"), normalize=flags.get("normalize"))
+        loaded = load_any(from_path, pooling=flags.get("pooling"), normalize=flags.get("normalize"),
+                          revision=revision, cache_dir=cache_dir)
         subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
-        text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(from_path)
+        text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(loaded.fetched or from_path)
     if truncate_dim is not None:
         cfg = cfg.replace(truncate_dim=truncate_dim)
         if from_path:  # the slice after the pooling holds no weights: the loaded model takes the new config as is
@@ -347,11 +369,13 @@ def export_command(preset_name, config_file, from_path, tokenizer, truncate_dim,
 
 @click.command("check")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--against", type=click.Path(exists=True),
-              help="Config JSON, ortformer checkpoint or BERT folder to rerun the parity grid against.")
+@click.option("--against", type=click.Path(),
+              help="Config JSON, ortformer checkpoint, Hugging Face folder or hub id (org/name) to rerun the "
+                   "parity grid against.")
+@hub_options("--against")
 @click.option("--seed", type=int, default=None, help="Seed for a random-init config (default: the one recorded).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def check_command(model, against, seed, as_json):
+def check_command(model, against, revision, cache_dir, seed, as_json):
     """Re-check a model file: onnx.checker, metadata and contract, and the parity grid again.
 
     With --against a folder or checkpoint that has a tokenizer, the file must also read texts
@@ -365,6 +389,7 @@ def check_command(model, against, seed, as_json):
     """
     from ..errors import require_torch
 
+    check_hub_options(against, revision, cache_dir, "--against")
     require_torch("ortformer check")
     from ..exporter.verify import verify
 
@@ -374,7 +399,7 @@ def check_command(model, against, seed, as_json):
         if not as_json:
             click.echo(f"[{next(steps)}] {message} ...", err=True)
 
-    result = verify(model, against=against, seed=seed, progress=progress)
+    result = verify(model, against=against, seed=seed, progress=progress, revision=revision, cache_dir=cache_dir)
     if as_json:
         echo_json(result)
         return

@@ -26,9 +26,10 @@ from ..parity import GATES, failed_cases, run_parity
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
 
 
-def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encoder | None, str, Loaded | None]:
+def _reference(model_file: ModelFile, against, seed: int | None, **hub) -> tuple[Encoder | None, str, Loaded | None]:
     """The eager model to compare against, a sentence saying where it came from, and the
-    loaded checkpoint or folder when ``against`` is one (its tokenizer, text length, prompts)."""
+    loaded checkpoint or folder when ``against`` is one (its tokenizer, text length, prompts);
+    ``hub``: the revision and cache_dir of a hub id (load_any)."""
     cfg = model_file.config
     recorded = _RANDOM_INIT.match(model_file.source)
     loaded = None
@@ -39,11 +40,13 @@ def _reference(model_file: ModelFile, against, seed: int | None) -> tuple[Encode
         return build_encoder(cfg, seed=s), f"random init, seed {s}", None
     against = Path(against)
     if against.suffix == ".json" and against.is_file() and "model_type" not in against.read_text(errors="replace"):
+        if any(v is not None for v in hub.values()):
+            raise ConfigError(f"{against} is a config JSON; a revision or cache folder applies to a hub id only")
         expected = EncoderConfig.from_json(against.read_text())
         s = seed if seed is not None else int(recorded.group(1)) if recorded else 0
         model, where = build_encoder(expected, seed=s), f"{against} with random init, seed {s}"
     else:
-        loaded = load_any(against)
+        loaded = load_any(against, **hub)
         model, where = loaded.model, f"{against} ({loaded.source})"
     # what defines the model, not what it is called: a copied folder names its model after itself, and
     # an export may cut the sentence embedding (--truncate-dim: a slice that holds no weights)
@@ -100,9 +103,11 @@ def file_dtype(model_file: ModelFile) -> str:
     return dtype
 
 
-def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
+def verify(path, against=None, seed: int | None = None, progress=None, revision: str | None = None,
+           cache_dir=None) -> dict:
     """Return {"path", "config", "source", "checker": "ok", "weights": "ok" | "not recorded",
     "parity": report or None, "reference"}; the weights are hashed against the export's digest.
+    ``against`` may be a hub id (org/name), fetched at ``revision`` into the hub cache (load_any).
 
     Raises ModelFileError / ExportError for an invalid file, ParityError when the
     rerun grid fails the gate.
@@ -118,7 +123,7 @@ def verify(path, against=None, seed: int | None = None, progress=None) -> dict:
     weights = check_weights(model_file)
     if against is not None or _RANDOM_INIT.match(model_file.source):
         step("rebuilding the eager reference")
-    reference, where, loaded = _reference(model_file, against, seed)
+    reference, where, loaded = _reference(model_file, against, seed, revision=revision, cache_dir=cache_dir)
     if loaded is not None:
         found = compare_text_setup(model_file, loaded)
         if found:

@@ -13,7 +13,9 @@ class Loaded:
     """A loaded encoder and its provenance, the same for ortformer checkpoints and imports."""
 
     model: Encoder
-    source: str  # "sha256:<hex>" of the weight file; several files: one each, comma-separated
+    # "sha256:<hex>" of the weight file; several files: one each, comma-separated; a hub id's
+    # import starts with "hf:org/name@<commit>,"
+    source: str
     tokenizer: Path | None  # tokenizer.json travelling with the weights, if any
     text_max_length: int | None = None  # sentence-transformers' max_seq_length, when set
     text_lowercase: bool = False  # sentence-transformers' do_lower_case: lowercase before tokenizing
@@ -24,6 +26,7 @@ class Loaded:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str | None = None  # the prompt used when the caller names none
     labels: tuple[str, ...] = ()  # the classifier head's label names by id (config.classifier_labels)
+    fetched: Path | None = None  # a hub id's snapshot folder in the cache; None for a local path
 
     @property
     def config(self) -> EncoderConfig:

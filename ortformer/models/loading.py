@@ -9,6 +9,7 @@ from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.family import elsewhere_hint, family_for, model_types
 from .hf.folder_layout import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
 from .hf.vocab_tokenizers import as_transformers_reads, built_tokenizer
+from .hub import resolve_folder
 from .loaded import Loaded
 from .weights import find_weights, weights_source
 
@@ -69,19 +70,26 @@ def _refuse_untyped_hf_config(folder: Path) -> None:
                               f"add \"model_type\" (one of {', '.join(sorted(model_types()))})")
 
 
-def load_any(path, *, pooling: str | None = None, normalize: bool | None = None) -> Loaded:
+def load_any(path, *, pooling: str | None = None, normalize: bool | None = None, revision: str | None = None,
+             cache_dir=None) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
-    checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder.
+    checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder, local or
+    named by its hub id ("org/name", fetched into the hub cache at ``revision``, models/hub.py).
 
     A folder dispatches on its config.json: ``model_type`` means Hugging Face (one
     module per family in models/hf/, hf/family.py's registry); otherwise an ortformer config. pooling / normalize
     override a Hugging Face folder's (its sentence-transformers modules', or none); an
     ortformer checkpoint's config sets its own.
-    ``source`` is ``"sha256:<hex>"`` of the weight file.
+    ``source`` is ``"sha256:<hex>"`` of the weight file, after ``"hf:org/name@<commit>,"`` for a hub id.
     """
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path} does not exist; pass a checkpoint folder, a weight file or a Hugging Face folder")
+    path, snapshot = resolve_folder(path, revision=revision, cache_dir=cache_dir)
+    loaded = _load_local(path, pooling, normalize)
+    if snapshot is None:
+        return loaded
+    return dataclasses.replace(loaded, source=f"{snapshot.source},{loaded.source}", fetched=snapshot.folder)
+
+
+def _load_local(path: Path, pooling: str | None, normalize: bool | None) -> Loaded:
     if path.is_file() and path.name == CONFIG_NAME:
         path = _around_transformer_module(path.parent)
     if path.is_file() and is_hf_folder(path.parent):  # its config.json is Hugging Face's, not ortformer's

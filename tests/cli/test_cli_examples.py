@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from ortformer.cli import cli
-from support.text_models import minilm_tokenizer  # noqa: E402
+from support.fake_hub import fill_cache, folder_files
+from support.text_models import minilm_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAMES = ("tiny.onnx", "m.onnx", "model.onnx")
@@ -30,6 +31,7 @@ NOT_RUN = {
     "--preset bert-base": "a 110M-parameter export: minutes",
 }
 NEEDS_CUDA = "--provider cuda"
+HUB_HOME = "hf-home"  # HF_HOME of the examples: a hub cache holding the models they name by hub id
 
 
 def help_examples() -> list[str]:
@@ -117,6 +119,8 @@ def inputs(tmp_path_factory):
     pq.write_table(pa.table({"id": [1, 2], "text": ["a text", "another"]}), folder / "texts.parquet")
     (folder / "path" / "to").mkdir(parents=True)
     shutil.copytree(bert, folder / "path" / "to" / "all-MiniLM-L6-v2")
+    # hub ids: the same folder in a hub cache, as a download leaves it, read offline (run_example)
+    fill_cache(folder / HUB_HOME / "hub", "sentence-transformers/all-MiniLM-L6-v2", folder_files(bert))
     return folder
 
 
@@ -163,8 +167,11 @@ def run_example(example: str, inputs: Path, tmp_path: Path) -> subprocess.Comple
     shim = bin_dir / "ortformer"
     shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from ortformer.cli import main; main()' \"$@\"\n")
     shim.chmod(0o755)
-    shutil.copytree(inputs, work, ignore=shutil.ignore_patterns(*written_by(example)))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    shutil.copytree(inputs, work, ignore=shutil.ignore_patterns(*written_by(example), HUB_HOME))
+    # no hub here: ids resolve offline from the inputs' cache, and any request would go nowhere
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO),
+           "HF_HOME": str(inputs / HUB_HOME), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    env.pop("HF_HUB_CACHE", None)
     return subprocess.run(["bash", "-o", "pipefail", "-c", example], cwd=work, env=env, capture_output=True,
                           text=True, timeout=300)
 

@@ -6,7 +6,10 @@ from support.torch_free import REPO, run_python
 
 
 def test_import_alone_does_not_load_torch():
-    done = subprocess.run([sys.executable, "-c", "import sys, ortformer.runtime; assert 'torch' not in sys.modules, 'torch'"],
+    """Nor huggingface_hub, which only a model fetched by its hub id needs (models/hub.py)."""
+    code = ("import sys, ortformer.runtime, ortformer.cli\n"
+            "assert 'torch' not in sys.modules, 'torch'\nassert 'huggingface_hub' not in sys.modules, 'huggingface_hub'")
+    done = subprocess.run([sys.executable, "-c", code],
                           cwd=REPO, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
 
