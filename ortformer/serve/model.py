@@ -58,17 +58,20 @@ class ServedModel:
     def require(self, route: str) -> str:
         """The output `route` reads, or 424 when this model has none to give."""
         kind = self.kind
+        if kind in ("classifier", "reranker") and route.startswith(("/embed", "/v1")):
+            raise cannot_serve(self.name, route, f"it is a {kind}, not an embedding model; use /predict"
+                               + (" or /rerank" if kind == "reranker" else ""))
         if route in ("/embed", "/v1/embeddings"):
             if not self.runtime.pools:
-                raise cannot_serve(self.name, route, f"it is a {kind} model without a pooled sentence_embedding; "
-                                   "use /embed_all for token embeddings" if kind == "tokens" else
-                                   f"it is a {kind} model without a pooled sentence_embedding")
+                raise cannot_serve(self.name, route, "it gives no pooled sentence_embedding; use /embed_all")
             return contract.SENTENCE_EMBEDDING
         if route == "/embed_sparse":
             if kind != "sparse":
                 raise cannot_serve(self.name, route, "it is not an embedding model with SPLADE pooling")
             return contract.SENTENCE_EMBEDDING
         if route == "/embed_all":
+            if kind == "sparse":  # as TEI: a SPLADE model's token states are not its output
+                raise cannot_serve(self.name, route, "it is a SPLADE model; use /embed_sparse")
             return contract.LAST_HIDDEN_STATE
         if route == "/predict":
             if kind not in ("classifier", "reranker"):

@@ -28,6 +28,7 @@ NOT_RUN = {
     "ortformer bench": "a benchmark (minutes); tests/test_bench.py runs `bench --quick`",
     "ray://": "needs a Ray cluster",
     "--preset bert-base": "a 110M-parameter export: minutes",
+    "ortformer serve": "a server runs until it is stopped; tests/serve starts one on a free loopback port",
 }
 NEEDS_CUDA = "--provider cuda"
 

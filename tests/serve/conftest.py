@@ -1,18 +1,13 @@
-"""Fixtures of the serve tests: tiny models exported once per session, and their Runtimes."""
+"""Fixtures of the serve tests: the tiny models (exported on first use, once per session)."""
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_support import model_files_in, runtimes_of  # noqa: E402
+from serve_support import Models  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def model_files(tmp_path_factory):
-    return model_files_in(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def runtimes(model_files):
-    return runtimes_of(model_files)
+def runtimes(tmp_path_factory) -> Models:
+    return Models(tmp_path_factory.mktemp("serve_models"))

@@ -34,23 +34,31 @@ def _export(folder: Path, name: str, **changes) -> Path:
     return path
 
 
-def model_files_in(tmp_path_factory) -> dict[str, Path]:
-    """embedder (mean pooling, prompts, 24-token texts), reranker (one label), classifier
-    (three labels with names) and splade (max pooling over the masked-LM head)."""
-    folder = tmp_path_factory.mktemp("serve_models")
-    return {
-        "embedder": _export(folder, "embedder", pooling="mean", prompts=PROMPTS, text_max_length=24),
-        "reranker": _export(folder, "reranker", classifier_labels=1),
-        "classifier": _export(folder, "classifier", classifier_labels=3, labels=["negative", "neutral", "positive"]),
-        "splade": _export(folder, "splade", pooling="splade_max", classifier_labels=VOCAB, classifier_per_token=True),
-    }
+# name -> what to export: the embedder (mean pooling, prompts, 24-token texts), a reranker
+# (one label), a classifier (three named labels) and a SPLADE model (max over the masked-LM head)
+MODELS = {
+    "embedder": dict(pooling="mean", prompts=PROMPTS, text_max_length=24),
+    "reranker": dict(classifier_labels=1),
+    "classifier": dict(classifier_labels=3, labels=["negative", "neutral", "positive"]),
+    "splade": dict(pooling="splade_max", classifier_labels=VOCAB, classifier_per_token=True),
+}
 
 
-def runtimes_of(model_files):
-    from ortformer.serve import ServeOptions, load_runtime
+class Models(dict):
+    """name -> Runtime of MODELS[name], exported on first use (a test file pays only for the
+    models it serves)."""
 
-    options = ServeOptions(threads=2)
-    return {name: load_runtime(path, options) for name, path in model_files.items()}
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+        self.files: dict[str, Path] = {}
+
+    def __missing__(self, name: str):
+        from ortformer.serve import ServeOptions, load_runtime
+
+        self.files[name] = _export(self.folder, name, **dict(MODELS[name]))
+        self[name] = load_runtime(self.files[name], ServeOptions(threads=2))
+        return self[name]
 
 
 class Running:
@@ -66,15 +74,14 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(runtimes: dict, names=None, **options):
-    """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks and orders them)
+def serving(runtimes: dict, names: list[str], **options):
+    """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks them, the first the default)
     on 127.0.0.1 and a free port, with ServeOptions(**options)."""
     import uvicorn
 
     from ortformer.serve import ServedModel, ServeOptions, create_app
     from ortformer.serve.server import bind
 
-    names = list(runtimes) if names is None else names
     app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))

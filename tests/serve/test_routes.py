@@ -17,7 +17,7 @@ TEXTS = ["A short text.", "a much longer text, with many more words in it than t
 
 @pytest.fixture(scope="module")
 def server(runtimes):
-    with serving(runtimes) as running:  # embedder first: the default model
+    with serving(runtimes, ["embedder", "reranker", "classifier", "splade"]) as running:  # the first is the default
         yield running
 
 
