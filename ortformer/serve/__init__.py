@@ -19,7 +19,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingExtraError("ortformer serve", "serve", exc.name or "starlette") from exc
 
-from .app import create_app
+from .routes import create_app
 from .model import ServedModel
 from .options import ServeOptions, load_runtime, model_specs
 from .server import run

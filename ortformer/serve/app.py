@@ -1,10 +1,7 @@
-"""The ASGI app: routes of text-embeddings-inference and OpenAI's /v1/embeddings on Starlette.
-
-`create_app(models, options)` takes ServedModels (a Runtime each) and returns the app; its
-lifespan starts one Batcher per model and, at shutdown, lets each finish what is queued.
-Several models: a request names one with "model" (the OpenAI field, also read by the TEI
-routes); without it, or with a name the server does not know while it serves one model
-(as TEI, which ignores it), the first model answers.
+"""The app's state and plumbing: ServeApp holds the models, their Batchers and the metrics,
+and wraps each route (API key, errors as TEI's JSON, metrics); routes.py holds the handlers
+and `create_app`. The lifespan starts one Batcher per model and, at shutdown, lets each
+finish what is queued.
 """
 from __future__ import annotations
 
@@ -14,12 +11,10 @@ import hmac
 import json
 import time
 
-from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import __version__
 from .batcher import Batcher, Done
 from .errors import ServeError, bad_request, validation
 from .metrics import Metrics
@@ -184,16 +179,3 @@ async def _disconnect(request: Request) -> None:
     ASGI message is the disconnect)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def create_app(models: list[ServedModel], options: ServeOptions | None = None) -> Starlette:
-    """The ASGI app serving `models` (ServedModels, the first one the default)."""
-    from .routes import routes
-
-    app = ServeApp(models, options or ServeOptions())
-    starlette = Starlette(routes=routes(app), lifespan=app.lifespan)
-    starlette.state.serve = app
-    return starlette
-
-
-__all__ = ["create_app", "ServeApp", "__version__"]

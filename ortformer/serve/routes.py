@@ -1,9 +1,14 @@
-"""The route handlers: TEI's request and response shapes (router/src/http/types.rs), and
-OpenAI's /v1/embeddings. Each parses its body, asks the model for the output the route reads
-(a 424 when it has none), tokenizes, queues, and shapes the outputs."""
+"""The route handlers and `create_app`: TEI's request and response shapes
+(router/src/http/types.rs), and OpenAI's /v1/embeddings. Each parses its body, asks the model
+for the output the route reads (a 424 when it has none), tokenizes, queues, and shapes the outputs.
+
+Several models: a request names one with "model" (the OpenAI field, also read by the TEI
+routes); without it, or with a name the server does not know while it serves one model
+(as TEI, which ignores it), the first model answers."""
 from __future__ import annotations
 
 import numpy as np
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -11,6 +16,7 @@ from .._version import __version__
 from .app import Handled, ServeApp
 from .errors import ServeError, bad_request
 from .model import ServedModel
+from .options import ServeOptions
 from .outputs import check_quantizable, encode_rows, scores, shape_embeddings, sparse_rows
 from .requests import embed_request, openai_request, predict_request, rerank_request, tokenize_request
 
@@ -151,3 +157,12 @@ def routes(app: ServeApp) -> list:
         app.route("/info", info, methods=("GET",)), app.route("/v1/models", models, methods=("GET",)),
         app.route("/health", health, methods=("GET",)), app.route("/metrics", metrics, methods=("GET",)),
     ]
+
+
+def create_app(models: list[ServedModel], options: ServeOptions | None = None) -> Starlette:
+    """The ASGI app serving `models` (ServedModels, the first one the default); the ServeApp
+    behind it is ``app.state.serve``."""
+    serve = ServeApp(models, options or ServeOptions())
+    app = Starlette(routes=routes(serve), lifespan=serve.lifespan)
+    app.state.serve = serve
+    return app

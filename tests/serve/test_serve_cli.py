@@ -124,3 +124,16 @@ def test_threads_follow_the_cgroup_quota_not_the_host(tmp_path, monkeypatch):
     assert cpus.cgroup_cpu_quota(tmp_path / "v1", proc) is None
     assert cpus.available_cpus(tmp_path / "v1", proc) == 8
     assert cpus.available_cpus(tmp_path / "none", tmp_path / "missing") == 8
+
+
+def test_the_server_runs_without_torch(runtimes):
+    runtimes["embedder"]
+    code = ("import sys; sys.modules['torch'] = None\n"  # any torch import would now fail
+            "from starlette.testclient import TestClient\n"
+            "from ortformer.serve import ServedModel, ServeOptions, create_app, load_runtime\n"
+            f"model = ServedModel('m', load_runtime({str(runtimes.files['embedder'])!r}, ServeOptions(threads=1)))\n"
+            "with TestClient(create_app([model])) as client:\n"
+            "    assert client.post('/embed', json={'inputs': 'a text'}).status_code == 200\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
