@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import time
 
 from starlette.requests import ClientDisconnect, Request
@@ -22,6 +23,7 @@ from .model import Encoded, ServedModel
 from .options import ServeOptions
 from .requests import TextOptions, parse_json
 
+logger = logging.getLogger("ortformer.serve")
 # a request with more text than this is tokenized on a thread, off the event loop
 INLINE_CHARS = 4096
 PUBLIC = ("/health", "/metrics")
@@ -166,6 +168,11 @@ class ServeApp:
             except (ClientGone, ClientDisconnect):
                 self.metrics.failure(handled.model.name if handled.model else name, "dropped")
                 return Response(status_code=499)  # nobody reads it: nginx's "client closed request"
+            except Exception as exc:  # a bug: say so in the usual shape rather than a bare 500 page
+                logger.exception("%s failed", path)
+                self.metrics.failure(handled.model.name if handled.model else name, "internal")
+                body = {"error": f"internal error: {type(exc).__name__}: {exc}", "error_type": "backend"}
+                return JSONResponse({"message": body["error"], "code": 500, "type": "backend"} if openai else body, 500)
 
         return Route(path, endpoint, methods=list(methods))
 
