@@ -61,6 +61,8 @@ class ServedModel:
         if kind in ("classifier", "reranker") and route.startswith(("/embed", "/v1")):
             raise cannot_serve(self.name, route, f"it is a {kind}, not an embedding model; use /predict"
                                + (" or /rerank" if kind == "reranker" else ""))
+        if route == "/v1/embeddings" and kind == "sparse":  # it normalizes, which TEI refuses for SPLADE
+            raise cannot_serve(self.name, route, "it is a SPLADE model; use /embed_sparse")
         if route in ("/embed", "/v1/embeddings"):
             if not self.runtime.pools:
                 raise cannot_serve(self.name, route, "it gives no pooled sentence_embedding; use /embed_all")
@@ -140,6 +142,10 @@ class ServedModel:
                 for i, row, row_type in zip(group, rows, row_types):
                     ids[i] = np.asarray(row, np.int64)
                     types[i] = np.asarray(row_type, np.int64) if second is not None and with_types else None
+                    if ids[i].max() >= self.runtime.config.vocab_size:  # an added token the model never learned
+                        raise ServeError(f"input {i} holds a token (id {int(ids[i].max())}) past the model's "
+                                         f"vocabulary of {self.runtime.config.vocab_size}", "tokenizer",
+                                         failure="tokenization")
         for i, x in enumerate(inputs):
             if not isinstance(x, str):
                 ids[i] = self._checked_ids(i, x, truncate, direction)

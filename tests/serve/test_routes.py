@@ -87,6 +87,11 @@ def test_embed_sparse_is_the_nonzero_splade_weights(client, runtimes):
     for row, dense in zip(rows, want):
         assert [e["index"] for e in row] == np.flatnonzero(dense).tolist()
         np.testing.assert_allclose([e["value"] for e in row], dense[dense != 0], atol=1e-5, rtol=0)
+    dense = post(client, "/embed", {"inputs": TEXTS, "model": "splade", "normalize": False})  # as TEI: unnormalized
+    np.testing.assert_allclose(dense, want, atol=1e-5, rtol=0)
+    for route, body in (("/embed", {"inputs": "a"}), ("/v1/embeddings", {"input": "a"})):  # both would normalize
+        assert "SPLADE" in post(client, route, {**body, "model": "splade"}, status=424)["error" if route == "/embed"
+                                                                                       else "message"]
 
 
 def test_rerank_scores_pairs_by_sigmoid_highest_first(client, runtimes):
