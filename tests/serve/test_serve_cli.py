@@ -41,10 +41,11 @@ def count(url: str, name: str) -> float:
 def test_sigterm_answers_open_requests_then_exits_0(runtimes):
     runtimes["embedder"]  # exported
     path = runtimes.files["embedder"]
-    # one thread and one input per model call: 16 requests of 32 inputs take a while to answer
-    process, url = start(str(path), "--threads", "1", "--max-batch-tokens", "1", "--max-wait-ms", "0")
+    # one thread and one input per model call: 16 requests of 128 inputs take a while to answer
+    process, url = start(str(path), "--threads", "1", "--max-batch-tokens", "1", "--max-wait-ms", "0",
+                         "--max-client-batch-size", "128")
     try:
-        texts = [" ".join(["word"] * 20) + f" {i}" for i in range(32)]
+        texts = [" ".join(["word"] * 20) + f" {i}" for i in range(128)]
         answers: list = []
         clients = [threading.Thread(target=lambda: answers.append(
             httpx.post(f"{url}/embed", json={"inputs": texts}, timeout=60))) for _ in range(16)]
@@ -64,7 +65,7 @@ def test_sigterm_answers_open_requests_then_exits_0(runtimes):
             process.kill()
     assert answered_before < 16  # the signal came while requests were still open
     assert [a.status_code for a in answers] == [200] * 16
-    assert all(len(a.json()) == 32 for a in answers)
+    assert all(len(a.json()) == 128 for a in answers)
     assert "Traceback" not in process.stderr.read()
     with pytest.raises(httpx.ConnectError):  # no longer listening
         httpx.get(f"{url}/health", timeout=5)
