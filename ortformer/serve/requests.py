@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from .errors import bad_request, empty
 from .outputs import ENCODING_FORMATS
 
-Input = "str | list[int]"
 DIRECTIONS = {"Left": "left", "Right": "right"}  # TEI's TruncationDirection, as serde spells it
 
 
