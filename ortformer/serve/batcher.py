@@ -3,6 +3,8 @@
 A request's inputs arrive as one job of validated token-id sequences. The worker takes a
 *round* of jobs: the first one waiting, then whatever else is queued, waiting at most
 max_wait for more while the round holds fewer than ROUND_BATCHES x max_batch_tokens tokens.
+It waits only after a round of several jobs: a lone client has no one to wait for, and
+would pay max_wait on every request.
 The round's sequences (one output at a time) are sorted by length and cut by
 ``runtime.batching.length_batches`` into model calls of at most max_batch_tokens padded
 tokens (batch x its longest); each call is ``Runtime.embed`` on a worker thread, off the
@@ -68,6 +70,7 @@ class Batcher:
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
         self._pending = 0  # jobs submitted and not yet answered
+        self._last_round = 0  # jobs in the previous round: more than one means concurrent clients
         self._closing = False
         # Runtime is thread-safe; one thread per model keeps its calls from competing for the cores
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ortformer-serve-{model.name}")
@@ -130,7 +133,7 @@ class Batcher:
         if first is _STOP:
             return [], True
         jobs, tokens = [first], first.encoded.tokens
-        deadline = loop.time() + self.max_wait_s
+        deadline = loop.time() + (self.max_wait_s if self._last_round > 1 else 0.0)
         while tokens < ROUND_BATCHES * self.max_batch_tokens:
             try:
                 job = self._queue.get_nowait()
@@ -146,6 +149,7 @@ class Batcher:
                 return jobs, True
             jobs.append(job)
             tokens += job.encoded.tokens
+        self._last_round = len(jobs)
         self.metrics.queue_size(self.model.name, self._queue.qsize())
         return jobs, False
 
