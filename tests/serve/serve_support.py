@@ -46,18 +46,27 @@ MODELS = {
 
 class Models(dict):
     """name -> Runtime of MODELS[name], exported on first use (a test file pays only for the
-    models it serves)."""
+    models it serves). `folder` may be shared by the xdist workers of one run: the first to
+    need a model exports it under a lock, the others wait and load it."""
 
     def __init__(self, folder: Path):
         super().__init__()
         self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.files: dict[str, Path] = {}
 
     def __missing__(self, name: str):
+        import fcntl
+
         from ortformer.serve import ServeOptions, load_runtime
 
-        self.files[name] = _export(self.folder, name, **dict(MODELS[name]))
-        self[name] = load_runtime(self.files[name], ServeOptions(threads=2))
+        path = self.folder / f"{name}.onnx"
+        with open(self.folder / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not path.exists():  # export writes the file whole, under this lock
+                _export(self.folder, name, **dict(MODELS[name]))
+        self.files[name] = path
+        self[name] = load_runtime(path, ServeOptions(threads=2))
         return self[name]
 
 

@@ -29,8 +29,15 @@ def metric(text: str, name: str) -> float:
     return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
-def test_concurrent_clients_get_their_own_results_in_order(runtimes):
-    runtime = runtimes["embedder"]
+def test_concurrent_clients_get_their_own_results_in_order(runtimes, monkeypatch):
+    runtime, release = runtimes["embedder"], threading.Event()
+    real = runtime.embed
+
+    def held(*args, **kwargs):  # the first model call waits until every client has sent a request
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "embed", held)
 
     async def client(http, c):
         got = []
@@ -45,12 +52,22 @@ def test_concurrent_clients_get_their_own_results_in_order(runtimes):
             return await asyncio.gather(*(client(http, c) for c in range(16)))
 
     with serving(runtimes, ["embedder"], max_wait_ms=20) as running:
-        answers = asyncio.run(clients(running.url))
+        answers = []
+        thread = threading.Thread(target=lambda: answers.extend(asyncio.run(clients(running.url))))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while metric(httpx.get(f"{running.url}/metrics").text, "te_request_count") < 16:
+            assert time.monotonic() < deadline, "the clients' requests did not arrive"
+            time.sleep(0.01)
+        release.set()
+        thread.join(60)
         text = httpx.get(f"{running.url}/metrics").text
+    monkeypatch.undo()
+    assert len(answers) == 16
     for per_client in answers:
         for texts, got in per_client:
             np.testing.assert_allclose(got, runtime.embed_texts(texts), atol=1e-5, rtol=0)
-    # 64 requests, yet fewer model calls: requests were batched together
+    # 64 requests, yet fewer model calls: the 15 requests queued behind the first ran together
     assert metric(text, "te_batch_next_size_count") < 64
     assert metric(text, "te_batch_next_size_sum") == sum(len(texts_for(c, r)) for c in range(16) for r in range(4))
 
@@ -74,7 +91,9 @@ def test_a_client_that_leaves_is_dropped_and_the_queue_goes_on(runtimes, monkeyp
                 time.sleep(0.01)
             with pytest.raises(httpx.ReadTimeout):  # queued behind it, then gone
                 httpx.post(f"{running.url}/embed", json={"inputs": ["leaves"] * 3}, timeout=0.5)
-            time.sleep(0.2)  # the server sees the disconnect
+            while metric(client.get("/metrics").text, 'te_request_failure{err="dropped"}') < 1:
+                assert time.monotonic() < deadline + 20, "the server did not see the client leave"
+                time.sleep(0.01)
             release.set()
             busy.join(30)
             after = client.post("/embed", json={"inputs": ["after", "the"], "normalize": False})

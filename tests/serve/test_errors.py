@@ -121,7 +121,8 @@ def test_a_full_queue_is_429(runtimes, monkeypatch):
 
     monkeypatch.setattr(runtime, "embed", held)
     with serving(runtimes, ["embedder"], max_concurrent_requests=1) as running:
-        with httpx.Client(base_url=running.url, timeout=30) as first, httpx.Client(base_url=running.url) as second:
+        with httpx.Client(base_url=running.url, timeout=30) as first, \
+                httpx.Client(base_url=running.url, timeout=30) as second:
             answer = {}
             thread = threading.Thread(target=lambda: answer.update(r=first.post("/embed", json={"inputs": "a"})))
             thread.start()
