@@ -1,12 +1,9 @@
 """Fixtures of the serve tests: the tiny models (exported on first use, once per test run)."""
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from serve_support import Models  # noqa: E402
+from support.serve import Models
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from serve_support import serving
+from support.serve import serving
 
 httpx = pytest.importorskip("httpx")
 

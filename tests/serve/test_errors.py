@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from serve_support import serving
+from support.serve import serving
 
 httpx = pytest.importorskip("httpx")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ortformer.text import TruncationWarning
-from serve_support import PROMPTS, serving
+from support.serve import PROMPTS, serving
 
 httpx = pytest.importorskip("httpx")
 

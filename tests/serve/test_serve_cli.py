@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from ortformer.cli import cli
 from ortformer.serve import cpus
+from support.torch_free import run_python
 
 httpx = pytest.importorskip("httpx")
 REPO = Path(__file__).resolve().parents[2]
@@ -129,12 +130,10 @@ def test_threads_follow_the_cgroup_quota_not_the_host(tmp_path, monkeypatch):
 
 def test_the_server_runs_without_torch(runtimes):
     runtimes["embedder"]
-    code = ("import sys; sys.modules['torch'] = None\n"  # any torch import would now fail
-            "from starlette.testclient import TestClient\n"
-            "from ortformer.serve import ServedModel, ServeOptions, create_app, load_runtime\n"
-            f"model = ServedModel('m', load_runtime({str(runtimes.files['embedder'])!r}, ServeOptions(threads=1)))\n"
-            "with TestClient(create_app([model])) as client:\n"
-            "    assert client.post('/embed', json={'inputs': 'a text'}).status_code == 200\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_python(
+        "from starlette.testclient import TestClient\n"
+        "from ortformer.serve import ServedModel, ServeOptions, create_app, load_runtime\n"
+        f"model = ServedModel('m', load_runtime({str(runtimes.files['embedder'])!r}, ServeOptions(threads=1)))\n"
+        "with TestClient(create_app([model])) as client:\n"
+        "    assert client.post('/embed', json={'inputs': 'a text'}).status_code == 200\n")
     assert done.returncode == 0, done.stderr

