@@ -155,17 +155,17 @@ class ServedModel:
         raise validation(f"input {index} is longer than the model's max_input_length={self.max_input_length} tokens; "
                          "send \"truncate\": true, or start the server with --auto-truncate")
 
-    def _checked_ids(self, index: int, ids: list, truncate: bool, direction: str | None) -> np.ndarray:
-        """Token ids as given (no special tokens added), in [0, vocab_size), cut like a text."""
+    def _checked_ids(self, index: int, ids: np.ndarray, truncate: bool, direction: str | None) -> np.ndarray:
+        """Token ids (int64, as requests.py parsed them) as given, no special tokens added:
+        in [0, vocab_size), cut like a text."""
         vocab = self.runtime.config.vocab_size
-        array = np.asarray(ids, dtype=np.int64) if all(-2**63 <= v < 2**63 for v in ids) else None
-        if array is None or array.min() < 0 or array.max() >= vocab:
+        if ids.min() < 0 or ids.max() >= vocab:
             raise bad_request(f"input {index}: token ids must be in [0, {vocab}) for model {self.name!r}")
-        if len(array) > self.max_input_length:
+        if len(ids) > self.max_input_length:
             if not truncate:
                 self._too_long(index)
-            array = array[-self.max_input_length:] if direction == "left" else array[:self.max_input_length]
-        return array
+            ids = ids[-self.max_input_length:] if direction == "left" else ids[:self.max_input_length]
+        return ids
 
     def tokens(self, texts: list[str], add_special_tokens: bool, prompt_name: str | None) -> list[list[dict]]:
         """TEI's /tokenize: per text [{id, text, special, start, stop}]; a special token's text

@@ -10,6 +10,8 @@ import json
 import numbers
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .errors import bad_request, empty
 from .outputs import ENCODING_FORMATS
 
@@ -31,7 +33,20 @@ def _is_int(value) -> bool:
 
 
 def _ids(value) -> bool:
-    return isinstance(value, list) and bool(value) and all(_is_int(v) for v in value)
+    """A list of token ids (its first item an int: the rest is checked as an array)."""
+    return isinstance(value, list) and bool(value) and _is_int(value[0])
+
+
+def _id_array(name: str, value: list) -> np.ndarray:
+    """The ids as an int64 array, without a Python loop over them; 422 for anything but ints
+    that fit (numpy makes a float, object or string array of those)."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, OverflowError):  # ragged nesting
+        array = None
+    if array is None or array.ndim != 1 or array.dtype.kind not in "iu" or (array.dtype.kind == "u" and array.max() >= 2**63):
+        raise bad_request(f"`{name}` must hold token ids: ints in [0, 2^63)")
+    return array.astype(np.int64, copy=False)
 
 
 def _get(body: dict, name: str, kinds: tuple, default, what: str):
@@ -48,18 +63,22 @@ def _inputs(body: dict, name: str) -> tuple[list, bool]:
     if name not in body:
         raise bad_request(f"missing field `{name}`: give a text, a list of texts, or token ids")
     value = body[name]
-    if isinstance(value, str) or _ids(value):
+    if isinstance(value, str):
         return [value], True
+    if _ids(value):
+        return [_id_array(name, value)], True
     if not isinstance(value, list):
         raise bad_request(f"`{name}` must be a text, a list of texts, a list of token ids or a list of them, "
                           f"got {type(value).__name__}")
     if not value:
         raise empty(f"`{name}` cannot be empty")
+    inputs = []
     for i, item in enumerate(value):
         if not (isinstance(item, str) or _ids(item)):
             raise bad_request(f"`{name}[{i}]` must be a text or a non-empty list of token ids (ints), "
                               f"got {json.dumps(item)[:80]}")
-    return value, False
+        inputs.append(item if isinstance(item, str) else _id_array(f"{name}[{i}]", item))
+    return inputs, False
 
 
 def _texts(body: dict, name: str) -> tuple[list[str], bool]:
