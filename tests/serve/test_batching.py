@@ -67,6 +67,7 @@ def test_concurrent_clients_get_their_own_results_in_order(runtimes, monkeypatch
     for per_client in answers:
         for texts, got in per_client:
             np.testing.assert_allclose(got, runtime.embed_texts(texts), atol=1e-5, rtol=0)
+    assert 'te_request_success{method="batch"} 64.0' in text  # one model: TEI's labels exactly, no model label
     # 64 requests, yet fewer model calls: the 15 requests queued behind the first ran together
     assert metric(text, "te_batch_next_size_count") < 64
     assert metric(text, "te_batch_next_size_sum") == sum(len(texts_for(c, r)) for c in range(16) for r in range(4))
