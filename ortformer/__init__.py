@@ -11,6 +11,7 @@ from .errors import (
     ConfigError,
     ExportError,
     InputError,
+    ListenError,
     MissingExtraError,
     ModelFileError,
     OrtformerError,
@@ -24,7 +25,7 @@ from ._version import __version__
 __all__ = [
     "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
     "OrtformerError", "ConfigError", "CheckpointError", "ExportError", "ParityError",
-    "ModelFileError", "OutputError", "InputError", "ProviderError", "MissingExtraError",
+    "ModelFileError", "OutputError", "InputError", "ProviderError", "MissingExtraError", "ListenError",
 ]
 
 

@@ -46,6 +46,11 @@ class InputError(OrtformerError, ValueError):
     """A runtime input has the wrong name, dtype, rank, shape or values."""
 
 
+class ListenError(OrtformerError):
+    """`ortformer serve` cannot listen where it was asked: the port is taken, the address is
+    not this machine's, or binding it is not permitted."""
+
+
 class ProviderError(OrtformerError):
     """The requested onnxruntime execution provider cannot be used here."""
 

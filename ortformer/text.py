@@ -123,7 +123,24 @@ class TextEncoder:
         tokens survive (BERT: ``[CLS] first max_length-2 tokens [SEP]``; pairs: the longer
         of the two is cut first). When any text is truncated a TruncationWarning says how many.
         """
+        ids, types, truncated = self.encode_rows(texts, max_length, pairs)
+        n_truncated = sum(truncated)
+        if n_truncated:
+            warnings.warn(
+                f"{n_truncated} of {len(ids)} text(s) were longer than max_length={max_length} tokens "
+                "and were truncated", TruncationWarning, stacklevel=2,
+            )
+        return ids, types, n_truncated
+
+    def encode_rows(self, texts: list[str], max_length: int, pairs: list[str] | None = None,
+                    direction: str | None = None) -> tuple[list[list[int]], list[list[int]], list[bool]]:
+        """``encode`` without the warning: (ids, type_ids, truncated) with one flag per text,
+        True where the text was longer than ``max_length`` tokens and lost its ``direction``
+        end ("left" or "right"; None = the tokenizer's own side, ``truncation_side``)."""
         texts = check_texts(texts)
+        direction = self.truncation_side if direction is None else direction
+        if direction not in ("left", "right"):
+            raise InputError(f"direction={direction!r} is not valid; choose 'left' or 'right'")
         special = self.num_special_tokens if pairs is None else self.num_pair_special_tokens
         if pairs is not None:
             pairs = check_texts(pairs)
@@ -133,18 +150,25 @@ class TextEncoder:
                                why=f" (the tokenizer adds {special} special tokens: "
                                    "a shorter length leaves no room for text)")
         if not texts:
-            return [], [], 0
+            return [], [], []
         with self._lock:
             # stride 0: overflowing holds the cut part
-            self._tokenizer.enable_truncation(int(max_length), direction=self.truncation_side)
+            self._tokenizer.enable_truncation(int(max_length), direction=direction)
             encodings = self._tokenizer.encode_batch(texts if pairs is None else list(zip(texts, pairs)))
-        n_truncated = sum(1 for e in encodings if e.overflowing)
-        if n_truncated:
-            warnings.warn(
-                f"{n_truncated} of {len(texts)} text(s) were longer than max_length={max_length} tokens "
-                "and were truncated", TruncationWarning, stacklevel=2,
-            )
-        return [e.ids for e in encodings], [e.type_ids for e in encodings], n_truncated
+        return [e.ids for e in encodings], [e.type_ids for e in encodings], [bool(e.overflowing) for e in encodings]
+
+    def tokens(self, texts: list[str], add_special_tokens: bool = True) -> list[list[tuple[int, str, bool, int, int]]]:
+        """Each text's tokens, untruncated, as (id, token, special, start, stop): start and stop
+        are character offsets into the text (what a special token covers is meaningless)."""
+        texts = check_texts(texts)
+        if not texts:
+            return []
+        with self._lock:
+            self._tokenizer.no_truncation()
+            encodings = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+        return [[(i, token, bool(special), start, stop)
+                 for i, token, special, (start, stop) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets)]
+                for e in encodings]
 
 
 def check_tokenizer(path, vocab_size: int) -> TextEncoder:

@@ -89,7 +89,8 @@ def cached_tracing(monkeypatch):
 SLOW_FIRST = ("tests/exporter/test_export.py", "tests/cli/test_cli_examples.py", "tests/runtime/test_chunked.py",
               "tests/exporter/test_atomic.py", "tests/cli/test_cli_export_checks.py", "tests/models/test_classifier_heads.py",
               "tests/test_bench.py", "tests/models/test_gemma.py", "tests/exporter/test_linear_memory.py",
-              "tests/reliability/test_numerics.py", "tests/models/test_splade.py", "tests/models/test_checkpoint.py")
+              "tests/reliability/test_numerics.py", "tests/models/test_splade.py", "tests/models/test_checkpoint.py",
+              "tests/serve/test_batching.py")
 
 
 def pytest_collection_modifyitems(config, items):

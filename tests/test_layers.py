@@ -4,7 +4,7 @@ imports form no circle.
 
 Layers, bottom to top (docs/layout.md): errors/fsutil and the leaves (_version,
 corpus, checks) -> config/text -> contract/cost -> models/parity -> the model file
-(onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale -> cli.
+(onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale/serve -> cli.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ LAYERS = [
     ("onnxfile", "modelfile", "chunkfile", "int8_kernels"),
     ("runtime",),
     ("exporter",),
-    ("bench", "scale"),
+    ("bench", "scale", "serve"),
     ("cli",),
 ]
 LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}

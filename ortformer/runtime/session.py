@@ -263,7 +263,7 @@ class Runtime:
         joined by the tokenizer's pair template with its token types (a cross-encoder's
         query and passage: ``output="logits"`` then scores each pair).
         """
-        prefix = self._prompt_text(prompt_name)
+        prefix = self.prompt_text(prompt_name)
         if prefix:
             texts = [prefix + text if isinstance(text, str) else text for text in texts]
         if self._text_encoder is None:
@@ -288,7 +288,9 @@ class Runtime:
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens,
                           token_types=types if with_types else None)
 
-    def _prompt_text(self, name: str | None) -> str:
+    def prompt_text(self, name: str | None) -> str:
+        """The text prepended for prompt `name` (None: default_prompt, "": none); InputError
+        naming the valid prompts for another name."""
         name = self.default_prompt if name is None else name
         if name == "" or name is None:
             return ""

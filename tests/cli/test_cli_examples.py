@@ -29,6 +29,7 @@ NOT_RUN = {
     "ortformer bench": "a benchmark (minutes); tests/test_bench.py runs `bench --quick`",
     "ray://": "needs a Ray cluster",
     "--preset bert-base": "a 110M-parameter export: minutes",
+    "ortformer serve": "a server runs until it is stopped; tests/serve starts one on a free loopback port",
 }
 NEEDS_CUDA = "--provider cuda"
 HUB_HOME = "hf-home"  # HF_HOME of the examples: a hub cache holding the models they name by hub id

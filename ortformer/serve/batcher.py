@@ -1,0 +1,201 @@
+"""Dynamic batching: one queue and one worker per model.
+
+A request's inputs arrive as one job of validated token-id sequences. The worker takes a
+*round* of jobs: the first one waiting, then whatever else is queued, waiting at most
+max_wait for more while the round holds fewer than ROUND_BATCHES x max_batch_tokens tokens.
+It waits only after a round of several jobs: a lone client has no one to wait for, and
+would pay max_wait on every request.
+The round's sequences (one output at a time) are sorted by length and cut by
+``runtime.batching.length_batches`` into model calls of at most max_batch_tokens padded
+tokens (batch x its longest); each call is ``Runtime.embed`` on a worker thread, off the
+event loop. A job is answered as soon as its last sequence is done, so the short requests
+of a round (run first) do not wait for its long ones; results go back in the job's order.
+
+A job whose client has gone (its future cancelled) is skipped, before its round and
+between the calls of a round. A call that fails answers its jobs with a 424 and the worker
+goes on with the next one.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..runtime.batching import length_batches
+from .errors import ServeError, backend
+from .metrics import Metrics
+from .model import Encoded, ServedModel
+
+# a round holds up to this many model calls' worth of tokens: enough to sort a burst of
+# concurrent requests by length, few enough that a request arriving after it starts waits little
+ROUND_BATCHES = 4
+_STOP = object()
+
+
+@dataclass(eq=False)
+class Job:
+    output: str
+    encoded: Encoded
+    future: asyncio.Future
+    queued_at: float = field(default_factory=time.perf_counter)
+    started_at: float | None = None
+    inference_s: float = 0.0
+    results: list = field(default_factory=list)
+    remaining: int = 0
+
+    def __post_init__(self):
+        self.results = [None] * len(self.encoded.ids)
+        self.remaining = len(self.results)
+
+
+@dataclass
+class Done:
+    """What a job returns: one output per input, in order, and where its time went."""
+    outputs: list
+    queue_s: float
+    inference_s: float
+
+
+class Batcher:
+    def __init__(self, model: ServedModel, metrics: Metrics, *, max_batch_tokens: int, max_wait_ms: float,
+                 max_concurrent_requests: int):
+        self.model = model
+        self.metrics = metrics
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_ms / 1000
+        self.max_concurrent_requests = max_concurrent_requests
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+        self._pending = 0  # jobs submitted and not yet answered
+        self._last_round = 0  # jobs in the previous round: more than one means concurrent clients
+        self._closing = False
+        # Runtime is thread-safe; one thread per model keeps its calls from competing for the cores
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ortformer-serve-{model.name}")
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"batcher-{self.model.name}")
+
+    @property
+    def healthy(self) -> bool:
+        return self._task is not None and not self._task.done() and not self._closing
+
+    async def stop(self) -> None:
+        """Finish every job queued so far, then end the worker."""
+        self._closing = True
+        if self._task is not None and not self._task.done():
+            self._queue.put_nowait(_STOP)
+            await self._task
+        self._executor.shutdown(wait=True)
+
+    async def submit(self, output: str, encoded: Encoded) -> Done:
+        """Queue a request's sequences; its outputs once every one has run. 429 when
+        max_concurrent_requests jobs are pending, 503 when the worker is down."""
+        if not self.healthy:
+            raise ServeError(f"model {self.model.name!r} is not serving (shutting down, or its worker stopped)",
+                             "unhealthy")
+        if self._pending >= self.max_concurrent_requests:
+            raise ServeError(f"model {self.model.name!r} is overloaded: {self._pending} requests are queued or "
+                             f"running (--max-concurrent-requests {self.max_concurrent_requests}); retry later",
+                             "overloaded")
+        job = Job(output, encoded, asyncio.get_running_loop().create_future())
+        self._pending += 1
+        try:
+            self._queue.put_nowait(job)
+            self.metrics.queue_size(self.model.name, self._queue.qsize())
+            outputs = await job.future
+            return Done(outputs, (job.started_at or job.queued_at) - job.queued_at, job.inference_s)
+        finally:
+            self._pending -= 1
+            if not job.future.done():  # the caller was cancelled (its client left): drop the job
+                job.future.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            jobs, stop = await self._next_round()
+            try:
+                await self._run_round(jobs)
+            except Exception as exc:  # a bug here must not leave callers waiting forever
+                error = backend(f"model {self.model.name!r} failed: {type(exc).__name__}: {exc}")
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(error)
+            if stop:
+                return
+
+    async def _next_round(self) -> tuple[list[Job], bool]:
+        """(jobs, stop): the first queued job, then more until the round is full or max_wait passes."""
+        loop = asyncio.get_running_loop()
+        first = await self._queue.get()
+        if first is _STOP:
+            return [], True
+        jobs, tokens = [first], first.encoded.tokens
+        deadline = loop.time() + (self.max_wait_s if self._last_round > 1 else 0.0)
+        while tokens < ROUND_BATCHES * self.max_batch_tokens:
+            try:
+                job = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), left)
+                except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+                    break
+            if job is _STOP:
+                return jobs, True
+            jobs.append(job)
+            tokens += job.encoded.tokens
+        self._last_round = len(jobs)
+        self.metrics.queue_size(self.model.name, self._queue.qsize())
+        return jobs, False
+
+    async def _run_round(self, jobs: list[Job]) -> None:
+        live = [job for job in jobs if not job.future.done()]  # a cancelled job's client has left
+        for job in live:
+            job.started_at = time.perf_counter()
+        for output in dict.fromkeys(job.output for job in live):  # one output per Runtime.embed call
+            await self._run_output(output, [job for job in live if job.output == output])
+
+    async def _run_output(self, output: str, jobs: list[Job]) -> None:
+        loop = asyncio.get_running_loop()
+        owners = [(job, i) for job in jobs for i in range(len(job.results))]
+        sequences = [job.encoded.ids[i] for job, i in owners]
+        paired = any(t is not None for job in jobs for t in job.encoded.types)
+        types = [job.encoded.types[i] if job.encoded.types[i] is not None else np.zeros_like(s)
+                 for (job, i), s in zip(owners, sequences)] if paired else None
+        lengths = np.array([len(s) for s in sequences])
+        for batch in length_batches(lengths, len(sequences), self.max_batch_tokens):
+            batch = [int(i) for i in batch if not owners[i][0].future.done()]  # skip the clients that left
+            if not batch:
+                continue
+            self.metrics.batch(self.model.name, len(batch), int(lengths[batch].sum()))
+            start = time.perf_counter()
+            try:
+                out = await loop.run_in_executor(self._executor, self._call, output, [sequences[i] for i in batch],
+                                                  None if types is None else [types[i] for i in batch])
+            except Exception as exc:  # onnxruntime's errors share no base class
+                error = backend(f"model {self.model.name!r} failed: {exc}")
+                for job in {owners[i][0] for i in batch}:
+                    if not job.future.done():
+                        job.future.set_exception(error)
+                continue
+            seconds = time.perf_counter() - start
+            for job in {owners[i][0] for i in batch}:
+                job.inference_s += seconds
+            for row, i in enumerate(batch):
+                job, position = owners[i]
+                if job.future.done():
+                    continue
+                job.results[position] = out[row]
+                job.remaining -= 1
+                if job.remaining == 0:
+                    job.future.set_result(job.results)
+
+    def _call(self, output: str, sequences: list, types: list | None):
+        """One model call: sequences that length_batches cut to fit max_batch_tokens."""
+        return self.model.runtime.embed(sequences, batch_size=len(sequences), output=output,
+                                        max_tokens=self.max_batch_tokens, token_types=types)

@@ -1,0 +1,104 @@
+"""What the serve tests share: tiny text models (one layer, BERT's vocabulary and the MiniLM
+tokenizer), exported on first use, and a real server on a free loopback port, uvicorn in a
+background thread. The fixture is in tests/serve/conftest.py."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from ortformer.config import preset  # noqa: E402
+from support.text_models import minilm_tokenizer  # noqa: E402
+
+VOCAB = 30522  # BERT's, the MiniLM tokenizer's ids
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+def _export(folder: Path, name: str, **changes) -> Path:
+    from ortformer.exporter import export
+
+    extra = {key: changes.pop(key) for key in ("prompts", "text_max_length", "labels") if key in changes}
+    path = folder / f"{name}.onnx"
+    export(preset("tiny", vocab_size=VOCAB, num_layers=1, **changes), path, parity=False, tokenizer=minilm_tokenizer(),
+           **extra)
+    return path
+
+
+# name -> what to export: the embedder (mean pooling, prompts, 24-token texts), a reranker
+# (one label), a classifier (three named labels) and a SPLADE model (max over the masked-LM head)
+MODELS = {
+    "embedder": dict(pooling="mean", prompts=PROMPTS, text_max_length=24),
+    "reranker": dict(classifier_labels=1),
+    "classifier": dict(classifier_labels=3, labels=["negative", "neutral", "positive"]),
+    "splade": dict(pooling="splade_max", classifier_labels=VOCAB, classifier_per_token=True),
+}
+
+
+class Models(dict):
+    """name -> Runtime of MODELS[name], exported on first use (a test file pays only for the
+    models it serves). `folder` may be shared by the xdist workers of one run: the first to
+    need a model exports it under a lock, the others wait and load it."""
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, Path] = {}
+
+    def __missing__(self, name: str):
+        import fcntl
+
+        from ortformer.serve import ServeOptions, load_runtime
+
+        path = self.folder / f"{name}.onnx"
+        with open(self.folder / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not path.exists():  # export writes the file whole, under this lock
+                _export(self.folder, name, **dict(MODELS[name]))
+        self.files[name] = path
+        self[name] = load_runtime(path, ServeOptions(threads=2))
+        return self[name]
+
+
+class Running:
+    """A server in a background thread: ``url``, ``app`` (the ServeApp) and ``stop()``."""
+
+    def __init__(self, app, server, thread, url):
+        self.app, self.server, self.thread, self.url = app, server, thread, url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the server did not stop"
+
+
+@contextlib.contextmanager
+def serving(runtimes: dict, names: list[str], **options):
+    """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks them, the first the default)
+    on 127.0.0.1 and a free port, with ServeOptions(**options)."""
+    import uvicorn
+
+    from ortformer.serve import ServedModel, ServeOptions, create_app
+    from ortformer.serve.server import bind
+
+    app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    running = Running(app.state.serve, server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}")
+    try:
+        yield running
+    finally:
+        running.stop()
+        sock.close()
