@@ -272,6 +272,9 @@ class Runtime:
         if kind is not None or output in (contract.TOKEN_EMBEDDINGS, contract.SPARSE):
             from .late import embed_late
 
+            if pairs is not None:
+                raise InputError("pairs join two texts for a cross-encoder; late interaction embeds each text "
+                                 "alone (kind='query' or 'document')")
             name = output or contract.TOKEN_EMBEDDINGS
             return embed_late(self, texts, kind or "document", [name], batch_size, max_tokens)[name]
         encoder = self._text_encoder_checked()

@@ -394,3 +394,45 @@ def test_late_metadata_is_validated(pylate):
         Runtime(with_late(rt, "bad.onnx", skiplist=[10 ** 6]), provider="cpu")
     with pytest.raises(ModelFileError, match="query_length=100 is longer than the model takes"):
         Runtime(with_late(rt, "long.onnx", query_length=100), provider="cpu")
+
+
+# ---------------------------------------------------------------- the command line and `check`
+
+
+def cli(*args):
+    from click.testing import CliRunner
+
+    from ortformer.cli import cli as command
+
+    return CliRunner().invoke(command, [str(a) for a in args])
+
+
+def test_infer_tensor_token_embeddings_and_sparse(pylate, bge_m3):
+    *_, colbert = pylate
+    result = cli("infer", colbert.path, "--text", QUERIES[0], "--text", QUERIES[1], "--kind", "query",
+                 "--tensor", "token_embeddings")
+    assert result.exit_code == 0, result.output
+    close([np.array(rows, np.float32) for rows in json.loads(result.stdout)], colbert.embed_texts(QUERIES[:2], kind="query"))
+    *_, m3 = bge_m3
+    result = cli("infer", m3.path, "--text", DOCS[0], "--tensor", "sparse")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    (want,) = m3.embed_texts(DOCS[:1], output="sparse")
+    assert row["indices"] == sorted(want) and np.allclose(row["values"], [want[i] for i in sorted(want)])
+    result = cli("infer", m3.path, "--text", DOCS[0], "--kind", "query")
+    assert result.exit_code == 2 and "--kind reads texts for late interaction" in result.output
+
+
+def test_check_against_the_folder_reruns_the_gate_on_every_output(bge_m3, colbert_ai):
+    from ortformer.exporter.verify import verify
+
+    folder, *_, m3 = bge_m3
+    report = verify(m3.path, against=folder)["parity"]
+    assert report["passed"] and {contract.TOKEN_EMBEDDINGS, contract.SPARSE} <= set(report["worst"])
+    # a file whose markers differ from its folder's is another model for texts
+    folder, *_, colbert = colbert_ai
+    other = Runtime(with_late(colbert, "other.onnx", query_length=12), provider="cpu")
+    from ortformer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="late-interaction settings"):
+        verify(other.path, against=folder)
