@@ -116,6 +116,18 @@ def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 
     return result
 
 
+def embed_all(runtime, texts, kind: str, batch_size: int, max_tokens: int | None) -> dict:
+    """sentence_embedding (n, S), token_embeddings and sparse, those the model has, from one run per batch."""
+    names = [n for n in (contract.SENTENCE_EMBEDDING, contract.TOKEN_EMBEDDINGS, contract.SPARSE)
+             if n in runtime.output_names]
+    result = embed_late(runtime, texts, kind, names, batch_size, max_tokens)
+    if contract.SENTENCE_EMBEDDING in result:
+        rows = result[contract.SENTENCE_EMBEDDING]
+        width = runtime.config.sentence_size
+        result[contract.SENTENCE_EMBEDDING] = np.stack(rows) if rows else np.zeros((0, width), np.float32)
+    return result
+
+
 def maxsim(query, documents) -> np.ndarray:
     """ColBERT's score of each document: s_d = sum_i max_j q_i . d_j, q (n_q, D), d (n_d, D) -> (n_docs,)
     float32. All documents at once: one (sum n_d, n_q) product, then each document's max per query

@@ -292,18 +292,11 @@ class Runtime:
         """Every output of a late-interaction model for each text, from one run per batch (bge-m3's
         dense, sparse and ColBERT vectors): {"sentence_embedding": (n, S) float32 (when it pools),
         "token_embeddings": [(n_kept, D) float32], "sparse": [{token id: weight}] (when it has them)}."""
-        from .late import embed_late
+        from .late import embed_all
 
         prefix = self._prompt_text(prompt_name)
-        texts = [prefix + t if prefix and isinstance(t, str) else t for t in texts] if prefix else texts
-        names = [n for n in (contract.SENTENCE_EMBEDDING, contract.TOKEN_EMBEDDINGS, contract.SPARSE)
-                 if n in self.output_names]
-        result = embed_late(self, texts, kind, names, batch_size, max_tokens)
-        if contract.SENTENCE_EMBEDDING in result:
-            rows = result[contract.SENTENCE_EMBEDDING]
-            result[contract.SENTENCE_EMBEDDING] = (np.stack(rows) if rows else
-                                                   np.zeros((0, self.config.sentence_size), np.float32))
-        return result
+        texts = [prefix + t if isinstance(t, str) else t for t in texts] if prefix else texts
+        return embed_all(self, texts, kind, batch_size, max_tokens)
 
     @staticmethod
     def maxsim(query, documents) -> np.ndarray:

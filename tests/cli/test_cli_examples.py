@@ -104,6 +104,8 @@ def inputs(tmp_path_factory):
     splade = splade_folder(folder, config, real)
     loaded = load_any(splade)
     export(loaded.model, folder / "splade.onnx", parity=False, **loaded.export_options())
+    loaded = load_any(colbert_ai_folder(folder, bert, real))
+    export(loaded.model, folder / "colbert.onnx", parity=False, **loaded.export_options())
     # past the Runtime's chunk size (8,192), in the tiny preset's vocabulary: a chunked run
     np.save(folder / "long.npy", np.random.default_rng(0).integers(1, 100, (1, 20_000)))
     np.save(folder / "batch.npy", np.array([[101, 7592, 102], [101, 2088, 102]], np.int64))
@@ -134,6 +136,23 @@ def splade_folder(folder: Path, config, tokenizer_folder: Path) -> Path:
                                       SpladePooling("max", activation_function="relu")], device="cpu")
     model.save(str(folder / "splade"))
     return folder / "splade"
+
+
+def colbert_ai_folder(folder: Path, bert: Path, tokenizer_folder: Path) -> Path:
+    """A colbert-ai checkpoint (HF_ColBERT: bert.* and a bias-free linear to 8) around the random BERT."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    colbert = folder / "colbertv2"
+    colbert.mkdir()
+    state = {f"bert.{k}": v for k, v in load_file(str(bert / "model.safetensors")).items()}
+    save_file({**state, "linear.weight": torch.randn(8, 32, generator=torch.Generator().manual_seed(0))},
+              str(colbert / "model.safetensors"))
+    config = json.loads((bert / "config.json").read_text())
+    (colbert / "config.json").write_text(json.dumps({**config, "architectures": ["HF_ColBERT"]}))
+    (colbert / "artifact.metadata").write_text(json.dumps({"query_maxlen": 32, "doc_maxlen": 180, "dim": 8}))
+    shutil.copy(tokenizer_folder / "tokenizer.json", colbert / "tokenizer.json")
+    return colbert
 
 
 def onnx_rename_tokenizer(path: Path, name: str) -> None:

@@ -31,6 +31,9 @@ PYLATE_KEYS = ("query_prefix", "document_prefix", "query_length", "document_leng
                "skiplist_words", "do_query_expansion")
 BGE_M3_FILES = ("colbert_linear.pt", "sparse_linear.pt")
 COLBERT_AI_ARCHITECTURE = "HF_ColBERT"
+# transformers' defaults of the special tokens, by role, for configs that name none (BERT's, XLM-R's)
+DEFAULT_SPECIALS = {"mask_token": ("[MASK]", "<mask>"), "cls_token": ("[CLS]", "<s>"), "eos_token": ("</s>",),
+                    "pad_token": ("[PAD]", "<pad>"), "unk_token": ("[UNK]", "<unk>")}
 FLAG_SPARSE_SKIP = ("cls_token", "eos_token", "pad_token", "unk_token")  # FlagEmbedding's unused_tokens
 
 
@@ -185,9 +188,10 @@ def resolve(spec: LateSpec, tokenizer: Path | None, vocab_size: int) -> LateInte
 
     encoder = TextEncoder(tokenizer)
     vocab = encoder.vocabulary()
-    roles = read_settings(spec.folder or Path(tokenizer).parent, {role: None for role in
-                                                   ("mask_token", "eos_token", "pad_token", "unk_token", "cls_token")}, ())
-    ids = {role: vocab.get(text) for role, text in roles.items() if role.endswith("_token") and text is not None}
+    roles = read_settings(spec.folder or Path(tokenizer).parent, {role: None for role in DEFAULT_SPECIALS}, ())
+    # a role the configs do not name: the tokenizer class's default (BERT's [MASK], XLM-R's <mask>, ...)
+    ids = {role: next((vocab[t] for t in ([roles[role]] if roles[role] else DEFAULT_SPECIALS[role]) if t in vocab), None)
+           for role in DEFAULT_SPECIALS}
     unk = ids.get("unk_token")
 
     def marker(text: str | None, what: str) -> int | None:

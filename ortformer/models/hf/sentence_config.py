@@ -53,7 +53,7 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             f"{folder / 'modules.json'} uses sentence-transformers modules ortformer does not implement: "
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
-    if "Dense" in kinds and not {"Pooling", "SpladePooling"} & set(kinds):
+    if "Dense" in kinds and not {"Pooling", "SpladePooling"} & set(kinds) and _multi_vector(folder, modules, kinds):
         return _token_layout(folder, modules, kinds, st_config, prompts, default)
     _check_module_order(folder, kinds)
     _check_transformer_task(folder, kinds, st_config[1])
@@ -68,6 +68,14 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
     max_len, lowercase = _text_settings(folder, *st_config)
     return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default,
                           chain_dense(dense), splade_activation, truncate_dim)
+
+
+def _multi_vector(folder: Path, modules: list[dict], kinds: list[str]) -> bool:
+    """Dense modules without a Pooling that project tokens: PyLate's, or ones reading token_embeddings."""
+    if is_pylate(folder):
+        return True
+    configs = [module_dir(folder, m) / "config.json" for m, k in zip(modules, kinds) if k == "Dense"]
+    return any(path.is_file() and read_json(path).get("module_input_name") == "token_embeddings" for path in configs)
 
 
 def _token_layout(folder: Path, modules: list[dict], kinds: list[str], st_config: tuple, prompts: dict,
