@@ -414,6 +414,10 @@ def info(ctx, model, as_json, sequence_length):
     for i, (prompt, text) in enumerate(sorted((prompts.get("prompts") or {}).items())):
         default = " (default)" if prompt == prompts.get("default") else ""
         click.echo(f"{'prompts' if i == 0 else '':<11} {prompt}{default}: {text!r}")
+    late = report.get("late_interaction")
+    if late:  # lists (skiplist, special ids) by count: punctuation runs to 32 ids
+        click.echo("late        " + " ".join(f"{k}=[{len(v)} ids]" if isinstance(v, list) else f"{k}={v}"
+                                          for k, v in late.items()))
     parts = {k: v for k, v in report["parameters"].items() if k != "total"}
     width = max(map(len, parts), default=0)
     click.echo(f"parameters  {report['parameters']['total']:,}")

@@ -52,6 +52,44 @@ def insert_marker(ids: torch.Tensor, marker: int) -> torch.Tensor:
     return torch.cat([ids[:, :1], torch.full((ids.shape[0], 1), marker), ids[:, 1:]], dim=1)
 
 
+# ---------------------------------------------------------------- the heads in the encoder
+
+
+@pytest.mark.parametrize("fields", [dict(token_dense_size=8), dict(token_weights=True, pooling="cls"),
+                                    dict(token_dense_size=8, token_dense_bias=True, token_weights=True)])
+def test_token_heads_outputs_and_parameter_count(fields):
+    from ortformer.config import preset
+    from ortformer.cost import parameter_count
+    from ortformer.models import build_encoder
+
+    cfg = preset("tiny", **fields)
+    model = build_encoder(cfg)
+    assert parameter_count(cfg) == sum(p.numel() for p in model.parameters())
+    ids, mask = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 1, 1, 0]])
+    with torch.no_grad():
+        out = model(ids, mask)
+    assert list(out) == contract.output_names(cfg)  # the graph's outputs come in the contract's order
+    x = out["last_hidden_state"]
+    if cfg.token_dense_size:
+        want = torch.nn.functional.normalize(x @ model.token_dense.weight.T + (model.token_dense.bias if
+                                             cfg.token_dense_bias else 0), dim=-1)
+        torch.testing.assert_close(out["token_embeddings"], want)  # every position, the padded one too
+    if cfg.token_weights:
+        torch.testing.assert_close(out["sparse"], torch.relu(x @ model.token_weight.weight.T + model.token_weight.bias)[..., 0])
+
+
+def test_token_head_fields_are_checked():
+    from ortformer.config import preset
+    from ortformer.errors import ConfigError
+    from ortformer.models.chunk_stages import chunkable
+
+    with pytest.raises(ConfigError, match="token_dense_bias=True adds a bias to the multi-vector head"):
+        preset("tiny", token_dense_bias=True)
+    with pytest.raises(ConfigError, match="token_dense_size=-1 must be >= 0"):
+        preset("tiny", token_dense_size=-1)
+    assert "per-token heads" in chunkable(preset("tiny", attention="linear", token_dense_size=8))
+
+
 # ---------------------------------------------------------------- PyLate
 
 
