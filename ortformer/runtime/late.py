@@ -25,11 +25,13 @@ KINDS = ("query", "document")
 
 
 def prepare(encoder, texts: list[str], late: LateInteraction, kind: str, default_length: int,
-            max_sequence: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """(ids, attention, keep) per text: int64 ids (n_i,), int64 attention (n_i,), bool keep (n_i,)."""
+            max_sequence: int, max_length: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """(ids, attention, keep) per text: int64 ids (n_i,), int64 attention (n_i,), bool keep (n_i,).
+    max_length: the tokens of a text, marker included, instead of the file's query / document length
+    (PyLate's query_length / document_length arguments: a query is then expanded to it)."""
     query = kind == "query"
     marker = late.query_marker if query else late.document_marker
-    length = (late.query_length if query else late.document_length) or default_length
+    length = max_length or (late.query_length if query else late.document_length) or default_length
     extra = int(marker is not None)
     check_int("max_length", length, low=encoder.num_special_tokens + extra + 1, high=max_sequence,
               why=" (the tokenizer's special tokens and the marker take their places; max_sequence is the longest "
@@ -86,7 +88,7 @@ def lexical_weights(ids: np.ndarray, weights: np.ndarray, skip: Sequence[int]) -
 
 
 def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 32,
-               max_tokens: int | None = None) -> dict[str, list]:
+               max_tokens: int | None = None, max_length: int | None = None) -> dict[str, list]:
     """The per-text results of ``outputs`` (token_embeddings: (n_kept, D) float32 arrays; sparse:
     {id: weight} dicts; sentence_embedding: (S,) rows) for ``kind`` texts."""
     if kind not in KINDS:
@@ -100,7 +102,8 @@ def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 
     from ..text import check_texts
 
     texts = check_texts(texts)
-    ids, attention, keep = prepare(encoder, texts, late, kind, runtime.text_max_length, runtime.config.max_sequence)
+    ids, attention, keep = prepare(encoder, texts, late, kind, runtime.text_max_length, runtime.config.max_sequence,
+                                   max_length)
     check_int("batch_size", batch_size)
     if max_tokens is not None:
         check_int("max_tokens", max_tokens, why=" (or None for no cap)")
@@ -116,11 +119,11 @@ def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 
     return result
 
 
-def embed_all(runtime, texts, kind: str, batch_size: int, max_tokens: int | None) -> dict:
+def embed_all(runtime, texts, kind: str, batch_size: int, max_tokens: int | None, max_length: int | None = None) -> dict:
     """sentence_embedding (n, S), token_embeddings and sparse, those the model has, from one run per batch."""
     names = [n for n in (contract.SENTENCE_EMBEDDING, contract.TOKEN_EMBEDDINGS, contract.SPARSE)
              if n in runtime.output_names]
-    result = embed_late(runtime, texts, kind, names, batch_size, max_tokens)
+    result = embed_late(runtime, texts, kind, names, batch_size, max_tokens, max_length)
     if contract.SENTENCE_EMBEDDING in result:
         rows = result[contract.SENTENCE_EMBEDDING]
         width = runtime.config.sentence_size

@@ -264,7 +264,8 @@ class Runtime:
         query and passage: ``output="logits"`` then scores each pair).
         kind: "query" or "document" for a late-interaction model (ColBERT, bge-m3): a list of
         (n_kept, D) float32 unit vectors per text, with the file's markers, query expansion and
-        skiplist (runtime/late.py); output="sparse": a {token id: weight} dict per text.
+        skiplist (runtime/late.py), max_length (marker included) replacing the file's query / document
+        length; output="sparse": a {token id: weight} dict per text.
         """
         prefix = self._prompt_text(prompt_name)
         if prefix:
@@ -276,7 +277,7 @@ class Runtime:
                 raise InputError("pairs join two texts for a cross-encoder; late interaction embeds each text "
                                  "alone (kind='query' or 'document')")
             name = output or contract.TOKEN_EMBEDDINGS
-            return embed_late(self, texts, kind or "document", [name], batch_size, max_tokens)[name]
+            return embed_late(self, texts, kind or "document", [name], batch_size, max_tokens, max_length)[name]
         encoder = self._text_encoder_checked()
         length = self.text_max_length if max_length is None else max_length
         special = encoder.num_special_tokens if pairs is None else encoder.num_pair_special_tokens
@@ -288,7 +289,8 @@ class Runtime:
                           token_types=types if with_types else None)
 
     def embed_all(self, texts: Sequence[str], kind: str = "document", batch_size: int = 32,
-                  max_tokens: int | None = None, prompt_name: str | None = None) -> dict[str, list]:
+                  max_tokens: int | None = None, prompt_name: str | None = None,
+                  max_length: int | None = None) -> dict[str, list]:
         """Every output of a late-interaction model for each text, from one run per batch (bge-m3's
         dense, sparse and ColBERT vectors): {"sentence_embedding": (n, S) float32 (when it pools),
         "token_embeddings": [(n_kept, D) float32], "sparse": [{token id: weight}] (when it has them)}."""
@@ -296,7 +298,7 @@ class Runtime:
 
         prefix = self._prompt_text(prompt_name)
         texts = [prefix + t if isinstance(t, str) else t for t in texts] if prefix else texts
-        return embed_all(self, texts, kind, batch_size, max_tokens)
+        return embed_all(self, texts, kind, batch_size, max_tokens, max_length)
 
     @staticmethod
     def maxsim(query, documents) -> np.ndarray:

@@ -224,10 +224,16 @@ def test_maxsim_is_colberts_score(pylate):
         rt.maxsim(query, [np.ones((3, 8))])
 
 
-def test_kind_is_checked(pylate):
+def test_kind_and_length_are_checked(pylate):
     *_, rt = pylate
     with pytest.raises(InputError, match="kind='passage' is not valid"):
         rt.embed_texts(DOCS, kind="passage")
+    # max_length replaces the query length: queries expand to it (PyLate's query_length argument)
+    assert {len(q) for q in rt.embed_texts(QUERIES, kind="query", max_length=20)} == {20}
+    with pytest.raises(InputError, match="max_length"):
+        rt.embed_texts(QUERIES, kind="query", max_length=3)  # [CLS] [Q] [SEP]: no room for a token
+    with pytest.raises(InputError, match="pairs join two texts"):
+        rt.embed_texts(QUERIES, kind="query", pairs=QUERIES)
 
 
 # ---------------------------------------------------------------- sentence-transformers multi-vector
