@@ -413,6 +413,8 @@ def test_bge_m3_three_outputs_in_one_graph_equal_flagembedding(bge_m3):
         np.testing.assert_allclose([g[k] for k in sorted(g)], [w[k] for k in sorted(w)], atol=ATOL, rtol=0)
     assert tok.sep_token_id not in set().union(*got["sparse"])  # eos dropped
     assert got["sparse"] == rt.embed_texts(texts, output="sparse")
+    np.testing.assert_array_equal(rt.embed_texts(texts, kind="query", output="sentence_embedding"),
+                                  got["sentence_embedding"])  # bge-m3 has no markers: queries read alike
 
 
 def test_bge_m3_files_are_read_weights_only(bge_m3, tmp_path):
