@@ -234,6 +234,6 @@ def text_summary(report: dict) -> str:
     numbers = [text.get(key) for key in ("min_cosine", "median_cosine")] if isinstance(text, dict) else []
     if len(numbers) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
         return ""  # no text check, or a report written by hand: say nothing rather than guess
-    output = "logits" if text.get("output") == contract.LOGITS else "sentence"
+    output = {contract.LOGITS: "logits", contract.TOKEN_EMBEDDINGS: "token"}.get(text.get("output"), "sentence")
     return (f"; real text ({text.get('sentences', '?')} sentences, not gated): "
             f"{output} min_cos={numbers[0]:.6f} median={numbers[1]:.6f}")

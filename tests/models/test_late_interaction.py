@@ -165,6 +165,8 @@ def test_pylate_folder_exports_token_embeddings_and_settings(pylate):
     assert contract.TOKEN_EMBEDDINGS in rt.output_names and rt.config.token_dense_size == 16
     assert not rt.config.token_dense_bias and rt.parity["passed"]
     assert rt.parity["worst"][contract.TOKEN_EMBEDDINGS]["passed"]
+    # real sentences through its tokenizer too, per kept token (recorded, not gated)
+    assert rt.parity["text"]["output"] == contract.TOKEN_EMBEDDINGS and rt.parity["text"]["min_cosine"] > 0.99999
     late = rt.late
     assert (late.query_marker, late.document_marker) == tuple(tok.convert_tokens_to_ids(["[Q] ", "[D] "]))
     assert (late.query_length, late.document_length, late.expansion_id) == (12, 20, tok.mask_token_id)
