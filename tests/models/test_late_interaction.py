@@ -235,6 +235,8 @@ def test_kind_and_length_are_checked(pylate):
         rt.embed_texts(QUERIES, kind="query", max_length=3)  # [CLS] [Q] [SEP]: no room for a token
     with pytest.raises(InputError, match="pairs join two texts"):
         rt.embed_texts(QUERIES, kind="query", pairs=QUERIES)
+    with pytest.raises(InputError, match=r"\['sparse'\] are not among this model's outputs"):
+        rt.embed_texts(QUERIES, output="sparse")  # a ColBERT model has no sparse weights
 
 
 # ---------------------------------------------------------------- sentence-transformers multi-vector
