@@ -207,6 +207,14 @@ class EncoderConfig:
     # its pad id (an eos used as pad) is scored at the token before, and a text made only of it at its
     # first kept token (transformers' index 0 under right padding)
     classifier_pad_id: int = -1
+    # multi-vector head (late interaction: ColBERT, bge-m3's colbert_linear): 0 = none, else a
+    # "token_embeddings" output t_i = (W x_i + b) / ||W x_i + b|| per token, W (size, F), (B, N, size)
+    token_dense_size: int = 0
+    # b of the multi-vector head (ColBERT's projection has none, bge-m3's colbert_linear has one)
+    token_dense_bias: bool = False
+    # a "sparse" output of one weight per token, w_i = relu(u . x_i + c) (B, N): bge-m3's sparse_linear,
+    # which the runtime turns into {token id: max weight} per text
+    token_weights: bool = False
     # free-form label shown by `ortformer info`; has no effect on the math
     name: str = field(default="custom")
 
@@ -384,6 +392,11 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError(f"classifier_pad_id={cfg.classifier_pad_id} skips a token id in a per-sequence head on the "
                           "last token of a token-id model: it needs classifier_labels, classifier_pooling='last' and "
                           f"an id below vocab_size={cfg.vocab_size}, or -1 (none)")
+    if cfg.token_dense_size < 0:
+        raise ConfigError(f"token_dense_size={cfg.token_dense_size} must be >= 0 (0 = no token_embeddings output)")
+    if cfg.token_dense_bias and not cfg.token_dense_size:
+        raise ConfigError("token_dense_bias=True adds a bias to the multi-vector head; with token_dense_size=0 there "
+                          "is none: set token_dense_size, or leave it False")
     if cfg.classifier_norm and cfg.classifier_dense == "none":
         raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
     if cfg.conv_kernel_size < 0 or (cfg.conv_kernel_size and cfg.conv_kernel_size % 2 == 0):

@@ -34,6 +34,9 @@ META_INT8 = "ortformer.int8"
 # optional (files from before it was written): "sha256:<hex>" over the graph's weights as exported
 # (modelfile.tensors_digest), so `ortformer check` sees bytes changed after the export
 META_WEIGHTS = "ortformer.weights"
+# optional: how texts become late-interaction vectors and sparse weights (markers, query expansion,
+# skiplist, special ids), a JSON object read by late.LateInteraction.from_json
+META_LATE = "ortformer.late_interaction"
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"
@@ -46,6 +49,10 @@ TOKEN_TYPE_IDS = "token_type_ids"
 LAST_HIDDEN_STATE = "last_hidden_state"
 SENTENCE_EMBEDDING = "sentence_embedding"
 LOGITS = "logits"
+# late interaction: per-token unit vectors (B, N, D) (ColBERT, bge-m3's colbert_linear), and one
+# weight per token (B, N) (bge-m3's sparse_linear); see late.py for what the runtime keeps of them
+TOKEN_EMBEDDINGS = "token_embeddings"
+SPARSE = "sparse"
 # optional: the classifier's label names, a JSON list of classifier_labels strings
 META_LABELS = "ortformer.labels"
 
@@ -64,6 +71,10 @@ def output_names(cfg: EncoderConfig) -> list[str]:
         names.append(SENTENCE_EMBEDDING)
     if cfg.classifier_labels:
         names.append(LOGITS)
+    if cfg.token_dense_size:
+        names.append(TOKEN_EMBEDDINGS)
+    if cfg.token_weights:
+        names.append(SPARSE)
     return names
 
 
@@ -75,6 +86,10 @@ def output_shapes(cfg: EncoderConfig) -> dict[str, list]:
     if cfg.classifier_labels:
         per_token = [SEQUENCE_AXIS] if cfg.classifier_per_token else []
         shapes[LOGITS] = [BATCH_AXIS, *per_token, cfg.classifier_labels]
+    if cfg.token_dense_size:
+        shapes[TOKEN_EMBEDDINGS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.token_dense_size]
+    if cfg.token_weights:
+        shapes[SPARSE] = [BATCH_AXIS, SEQUENCE_AXIS]
     return shapes
 
 

@@ -16,6 +16,7 @@ D = head size, L = layers:
 - a sentence Dense head: F x S weights (+ S bias), S = sentence_dense_size
 - a classifier: F x L weights + L biases (L = classifier_labels), plus F x F + F for the
   head's hidden Dense and a norm's parameters when classifier_norm
+- per-token heads: F x D weights (+ D bias) for token_embeddings (D = token_dense_size), F + 1 for sparse
 FLOPs count a multiply-add as 2.
 """
 from __future__ import annotations
@@ -72,6 +73,8 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "classifier": (cfg.classifier_labels * (F + 1)
                        + (F * (F + 1) if cfg.classifier_labels and cfg.classifier_dense != "none" else 0)
                        + (_norm_params(cfg) if cfg.classifier_labels and cfg.classifier_norm else 0)),
+        "token_heads": (cfg.token_dense_size * (F + (1 if cfg.token_dense_bias else 0))
+                        + (F + 1 if cfg.token_weights else 0)),
     }
 
 
@@ -100,6 +103,8 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     if cfg.classifier_labels:  # the head's Dense (F x F) and classifier (F x L), per token or once
         vectors = n if cfg.classifier_per_token else 1
         flops["classifier"] = vectors * 2 * F * (cfg.classifier_labels + (F if cfg.classifier_dense != "none" else 0))
+    if cfg.token_dense_size or cfg.token_weights:  # every token through F x D, and F x 1
+        flops["token_heads"] = n * 2 * F * (cfg.token_dense_size + (1 if cfg.token_weights else 0))
     return flops
 
 

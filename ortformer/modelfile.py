@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import contract
+from .late import LateInteraction
 from .onnxfile import all_tensors, check_location_name, resolve_inside  # noqa: F401  (resolve_inside: this module's API)
 from .config import EncoderConfig
 from .errors import ConfigError, ModelFileError
@@ -106,6 +107,12 @@ class ModelFile:
         if contract.META_LABELS in self.metadata:
             return contract.parse_labels(self.metadata[contract.META_LABELS])
         return [f"LABEL_{i}" for i in range(self.config.classifier_labels)]
+
+    @property
+    def late(self) -> LateInteraction | None:
+        """How texts become late-interaction vectors (contract.META_LATE, checked on read), or None."""
+        text = self.metadata.get(contract.META_LATE)
+        return LateInteraction.from_json(text) if text is not None else None
 
 
 def read_model_file(path: str | os.PathLike) -> ModelFile:
@@ -206,7 +213,31 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
             raise ModelFileError(f"{path}: bad '{contract.META_PROMPTS}' metadata: {exc}") from None
     if contract.META_INT8 in metadata:
         _check_int8(path, metadata[contract.META_INT8])
+    if contract.META_LATE in metadata:
+        _check_late(path, metadata[contract.META_LATE], config)
     return config, parity
+
+
+def _check_late(path: Path, text: str, config: EncoderConfig) -> None:
+    """The late-interaction settings read back, name ids of the vocabulary and lengths the model takes,
+    and belong to a model with a per-token head."""
+    what = f"{path}: '{contract.META_LATE}' metadata"
+    try:
+        late = LateInteraction.from_json(text)
+    except (TypeError, ValueError) as exc:
+        raise ModelFileError(f"{what}: {exc}") from None
+    if not (config.token_dense_size or config.token_weights):
+        raise ModelFileError(f"{what} describes late interaction, but the config has no per-token head "
+                             "(token_dense_size = 0 and token_weights = false)")
+    beyond = [i for i in late.ids() if i >= config.vocab_size]
+    if beyond:
+        raise ModelFileError(f"{what} names token ids {beyond[:5]} outside the vocabulary "
+                             f"(vocab_size={config.vocab_size})")
+    for name in ("query_length", "document_length"):
+        value = getattr(late, name)
+        if value is not None and value > config.max_sequence:
+            raise ModelFileError(f"{what}: {name}={value} is longer than the model takes "
+                                 f"(max_sequence={config.max_sequence})")
 
 
 def _check_text_max_length(path: Path, value: str | None, config: EncoderConfig) -> None:

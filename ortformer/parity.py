@@ -1,8 +1,8 @@
 """The parity gate: the ONNX file in onnxruntime against eager PyTorch, on a grid of
 shapes and paddings that differ from the export example.
 
-Metrics, per output, over kept tokens (last_hidden_state) or non-empty rows
-(sentence_embedding):
+Metrics, per output, over kept tokens (last_hidden_state, token_embeddings) or non-empty rows
+(sentence_embedding; sparse: each row's kept tokens' weights as one vector):
 - max_abs = max |ort - eager|
 - max_rel = max over vectors of max |ort_i - eager_i| / max |eager_i|   (each vector's error
   relative to its own scale)
@@ -109,6 +109,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> d
     logits are compared as one vector (their rows are a handful of scores)."""
     if not np.isfinite(got).all():
         return {"max_abs": float("inf"), "max_rel": float("inf"), "min_cosine": -1.0, "finite": False}
+    if name == contract.SPARSE:  # one weight per token (B, N): a row's kept tokens as its vector
+        got, want = got * mask, want * mask
     keep = mask.astype(bool) if got.ndim == 3 else mask.astype(bool).any(axis=1)
     got_v, want_v = got[keep].astype(np.float64), want[keep].astype(np.float64)  # (M, F)
     if name == contract.LOGITS:
@@ -232,6 +234,6 @@ def text_summary(report: dict) -> str:
     numbers = [text.get(key) for key in ("min_cosine", "median_cosine")] if isinstance(text, dict) else []
     if len(numbers) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
         return ""  # no text check, or a report written by hand: say nothing rather than guess
-    output = "logits" if text.get("output") == contract.LOGITS else "sentence"
+    output = {contract.LOGITS: "logits", contract.TOKEN_EMBEDDINGS: "token"}.get(text.get("output"), "sentence")
     return (f"; real text ({text.get('sentences', '?')} sentences, not gated): "
             f"{output} min_cos={numbers[0]:.6f} median={numbers[1]:.6f}")

@@ -113,6 +113,12 @@ class TextEncoder:
         """The tokenizer's added tokens (tokenizers.AddedToken), special or not."""
         return list(self._tokenizer.get_added_tokens_decoder().values())
 
+    def plain_ids(self, text: str) -> list[int]:
+        """The ids of one text without special tokens or truncation."""
+        with self._lock:
+            self._tokenizer.no_truncation()
+            return self._tokenizer.encode(text, add_special_tokens=False).ids
+
     def encode(self, texts: list[str], max_length: int,
                pairs: list[str] | None = None) -> tuple[list[list[int]], list[list[int]], int]:
         """(ids, type_ids, n_truncated) for each text, at most ``max_length`` tokens each.

@@ -20,7 +20,8 @@ from ..runtime.validate import as_array
 from .common import (CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime,
                      threads_option, usage_errors, written)
 
-OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING, contract.LOGITS)
+OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING, contract.LOGITS, contract.TOKEN_EMBEDDINGS,
+           contract.SPARSE)
 
 
 def _parse_json(text: str, what: str):
@@ -164,8 +165,11 @@ def _infer_to_memmap(runtime: Runtime, data: np.ndarray, mask, batch_size: int, 
         del result
 
 
-def _sparse_row(row: np.ndarray) -> dict:
-    """A vector's non-zero entries: {"indices": [i, ...], "values": [v_i, ...]}."""
+def _sparse_row(row) -> dict:
+    """A vector's non-zero entries, or a text's {token id: weight}: {"indices": [i, ...], "values": [v_i, ...]}."""
+    if isinstance(row, dict):  # a late-interaction model's lexical weights, by token id
+        indices = sorted(row)
+        return {"indices": indices, "values": [row[i] for i in indices]}
     indices = np.flatnonzero(row)
     return {"indices": indices.tolist(), "values": row[indices].tolist()}
 
@@ -197,8 +201,10 @@ def _write(result, fmt: str, out: Path | None, width: int, sparse: bool = False)
 
 
 def _width(runtime: Runtime, output: str) -> int:
-    """The last axis of ``output``: hidden_size, sentence_size or the number of labels."""
-    return contract.output_shapes(runtime.config)[output][-1]
+    """The last axis of ``output``: hidden_size, sentence_size, the number of labels or token_dense_size
+    (sparse: one weight per token, 1)."""
+    width = contract.output_shapes(runtime.config)[output][-1]
+    return 1 if width == contract.SEQUENCE_AXIS else width
 
 
 def _jsonable(result):
@@ -220,6 +226,9 @@ def _jsonable(result):
                    "passage for its query); repeatable, one per --text.")
 @click.option("--pair-file", type=click.Path(exists=True, dir_okay=False, allow_dash=True),
               help="Second texts, one per line, paired with --text-file's lines.")
+@click.option("--kind", type=click.Choice(["query", "document"]),
+              help="Texts as late-interaction queries or documents (ColBERT's markers, query expansion, skiplist); "
+                   "for --tensor token_embeddings and sparse, default document.")
 @click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
                                     "default: the model's default prompt; '' for none.")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True)
@@ -232,7 +241,8 @@ def _jsonable(result):
                    "Not with --mask; stdin lines run one by one.")
 @click.option("--tensor", type=click.Choice(OUTPUTS),
               help="Which output tensor (default: logits for a classifier, else sentence_embedding when "
-                   "the model pools, else last_hidden_state).")
+                   "the model pools, else last_hidden_state; token_embeddings: a late-interaction model's "
+                   "vectors per kept token; sparse: its weights, per text {token id: weight} as with --sparse).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
 @click.option("--sparse", is_flag=True, help='JSON rows as {"indices": [...], "values": [...]}, the non-zero entries '
               "of each vector: a SPLADE model's term weights (token id -> weight) without its zeros.")
@@ -241,7 +251,7 @@ def _jsonable(result):
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.pass_context
 @usage_errors(prompt_name="--prompt-name")
-def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file, prompt_name, provider,
+def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file, kind, prompt_name, provider,
           allow_fallback, device_id, threads, batch_size, max_tokens, tensor, fmt, sparse, out, force):
     """Run MODEL on token ids; print the embeddings as JSON (or save .npy).
 
@@ -257,6 +267,7 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
       ortformer infer minilm.onnx --text "A first sentence." --text "Another one."
       ortformer infer minilm.onnx --text-file sentences.txt -o embeddings.npy
       ortformer infer reranker.onnx --text "a query" --pair "a passage" --pair "another passage" --text "a query"
+      ortformer infer colbert.onnx --text "a query" --kind query --tensor token_embeddings
     """
     quiet_onnxruntime(ctx)
     if out in OUTPUTS:
@@ -279,6 +290,8 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
                                f"{len(pair_input)} pair(s) for {len(text_input or [])} text(s)")
     if text_input is not None and (ids is not None or input_file is not None or mask is not None):
         raise click.UsageError("give text (--text/--text-file) or token ids (--ids/--input/--mask), not both")
+    if kind is not None and text_input is None:
+        raise click.UsageError("--kind says how texts are read; give --text or --text-file too")
     if prompt_name is not None and text_input is None:
         raise click.UsageError("--prompt-name prepends a prompt to text; give --text or --text-file too")
     if max_tokens is not None and mask is not None:
@@ -297,17 +310,24 @@ def infer(ctx, model, ids, input_file, mask, texts, text_file, pairs, pair_file,
         check_output(out, force=force, option="-o/--output",
                      inputs=[*runtime.model_file.external_files, runtime.tokenizer_path()])
     output = runtime.select_output(tensor)
-    if sparse and (fmt != "json" or len(contract.output_shapes(runtime.config)[output]) != 2):
-        raise click.UsageError(f"--sparse writes JSON rows of one vector each (sentence_embedding or a per-sequence "
-                               f"logits), not --format {fmt} of {output}")
+    per_sequence = contract.output_shapes(runtime.config)[output][1] != contract.SEQUENCE_AXIS
+    lexical = text_input is not None and output == contract.SPARSE  # {token id: weight} per text
+    if sparse and (fmt != "json" or not (per_sequence or lexical)):
+        raise click.UsageError(f"--sparse writes JSON rows of one vector each (sentence_embedding, a per-sequence "
+                               f"logits, or a text's sparse weights), not --format {fmt} of {output}")
+    if lexical and fmt != "json":
+        raise click.UsageError("--tensor sparse of texts gives {token id: weight} per text: use --format json")
+    if kind is not None and output not in (contract.TOKEN_EMBEDDINGS, contract.SPARSE):
+        raise click.UsageError(f"--kind reads texts for late interaction: use it with --tensor token_embeddings "
+                               f"or sparse, not {output}")
     if text_input is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = runtime.embed_texts(text_input, batch_size=batch_size, output=output, max_tokens=max_tokens,
-                                         prompt_name=prompt_name, pairs=pair_input)
+                                         prompt_name=prompt_name, pairs=pair_input, kind=kind)
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
-        _write(result, fmt, out, _width(runtime, output), sparse)
+        _write(result, fmt, out, _width(runtime, output), sparse or lexical)
         return
     if ids is not None or input_file is not None:
         batch = _as_batch(data, runtime)
@@ -394,6 +414,10 @@ def info(ctx, model, as_json, sequence_length):
     for i, (prompt, text) in enumerate(sorted((prompts.get("prompts") or {}).items())):
         default = " (default)" if prompt == prompts.get("default") else ""
         click.echo(f"{'prompts' if i == 0 else '':<11} {prompt}{default}: {text!r}")
+    late = report.get("late_interaction")
+    if late:  # lists (skiplist, special ids) by count: punctuation runs to 32 ids
+        click.echo("late        " + " ".join(f"{k}=[{len(v)} ids]" if isinstance(v, list) else f"{k}={v}"
+                                          for k, v in late.items()))
     parts = {k: v for k, v in report["parameters"].items() if k != "total"}
     width = max(map(len, parts), default=0)
     click.echo(f"parameters  {report['parameters']['total']:,}")

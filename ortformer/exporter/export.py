@@ -149,7 +149,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False,
            family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
-           chunked: bool = True, labels=(),
+           chunked: bool = True, labels=(), late=None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
@@ -166,6 +166,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
     labels: the classifier head's label names by id (config.classifier_labels of them),
         recorded for ``Runtime.labels`` and ``info``.
+    late: a late.LateInteraction (markers, query expansion, skiplist) for a model with a per-token
+        head (token_embeddings, sparse), recorded for ``Runtime.embed_texts(kind=...)``.
     chunked: for float32 linear-family models, also write the chunk stages that let the
         runtime run sequences of any length chunk by chunk (and stream causal models);
         gated on cases longer than one chunk.
@@ -236,6 +238,14 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
             meta[contract.META_LABELS] = contract.labels_json(labels)
         except ValueError as exc:
             raise ExportError(f"labels: {exc}") from None
+    if late is not None:
+        if not (cfg.token_dense_size or cfg.token_weights):
+            raise ExportError("late-interaction settings need a per-token head (token_dense_size or token_weights)")
+        beyond = [i for i in late.ids() if not 0 <= i < cfg.vocab_size]
+        if beyond:
+            raise ExportError(f"late-interaction settings name token ids {beyond[:5]} outside the vocabulary "
+                              f"(vocab_size={cfg.vocab_size})")
+        meta[contract.META_LATE] = late.to_json()
     if prompts or default_prompt is not None:
         try:
             meta[contract.META_PROMPTS] = contract.prompts_json(dict(prompts or {}), default_prompt)

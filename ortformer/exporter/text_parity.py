@@ -29,11 +29,14 @@ TOKENS_PER_BATCH = 2048  # bounds eager PyTorch's memory on long paragraphs
 
 
 def compared_output(cfg: EncoderConfig) -> str | None:
-    """The one-vector-per-text output the check compares: a classifier's per-sequence
-    logits, else the sentence embedding; None when the model has neither."""
+    """The output the check compares: a classifier's per-sequence logits, else the sentence
+    embedding, else a late-interaction model's token_embeddings (per kept token); None when the
+    model has none of them."""
     if cfg.classifier_labels and not cfg.classifier_per_token:
         return contract.LOGITS
-    return contract.SENTENCE_EMBEDDING if cfg.pooling != "none" else None
+    if cfg.pooling != "none":
+        return contract.SENTENCE_EMBEDDING
+    return contract.TOKEN_EMBEDDINGS if cfg.token_dense_size else None
 
 
 def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, tokenizer: Path, max_length: int,
@@ -42,7 +45,8 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     session vs eager.
 
     Cosine per sentence between (n, S) vectors (logits: of all sentences' logits as one vector,
-    since a text's one or few scores have no direction), and the largest absolute difference;
+    since a text's one or few scores have no direction; token_embeddings: per kept token), and the
+    largest absolute difference;
     max_length truncates as embed_texts does.
     """
     output = compared_output(cfg)
@@ -61,15 +65,17 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     if largest >= cfg.vocab_size:
         return {"skipped": True, "reason": f"the tokenizer gives ids up to {largest}, beyond the model's "
                                            f"vocab_size {cfg.vocab_size}: tokenizer and model do not belong together"}
-    width = contract.output_shapes(cfg)[output][-1]
-    got_all, want_all = np.empty((len(arrays), width)), np.empty((len(arrays), width))
+    per_token = contract.output_shapes(cfg)[output][1] == contract.SEQUENCE_AXIS
+    got_rows, want_rows = [], []  # the same order on both sides: batch by batch
     for batch in length_batches(np.array([len(a) for a in arrays]), count, TOKENS_PER_BATCH):
         padded, mask = pad([arrays[i] for i in batch])
         feeds = {contract.INPUT_IDS: padded, contract.ATTENTION_MASK: mask}
         if cfg.type_vocab_size:
             feeds[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
-        got_all[batch] = session.run([output], feeds)[0]
-        want_all[batch] = eager(feeds)[output]
+        got, want = session.run([output], feeds)[0], eager(feeds)[output]
+        keep = mask.astype(bool) if per_token else slice(None)  # per token: the kept tokens' vectors
+        got_rows.append(got[keep]), want_rows.append(want[keep])
+    got_all, want_all = np.concatenate(got_rows).astype(np.float64), np.concatenate(want_rows).astype(np.float64)
     max_abs = float(np.abs(got_all - want_all).max())
     if output == contract.LOGITS:  # a text's few scores have no direction: all texts' logits as one vector
         got_all, want_all = got_all.reshape(1, -1), want_all.reshape(1, -1)

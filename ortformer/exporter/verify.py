@@ -68,7 +68,7 @@ def _tokenizer_json(path: Path) -> object:
 
 def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     """What turns texts into ids differently in the file than in ``loaded`` (tokenizer,
-    truncation length, lowercasing, prompts), one sentence each; [] when they agree. Only a file that
+    truncation length, lowercasing, prompts, late-interaction markers and skiplist), one sentence each; [] when they agree. Only a file that
     takes texts (it holds a tokenizer) and a source that has a tokenizer are compared; an
     ortformer checkpoint keeps a tokenizer but no text length, lowercasing or prompts, so
     against one only the tokenizer is."""
@@ -92,6 +92,9 @@ def compare_text_setup(model_file: ModelFile, loaded: Loaded) -> list[str]:
     theirs_prompts = (loaded.prompts, loaded.default_prompt) if loaded.prompts else None
     if prompts != theirs_prompts:
         found.append(f"its prompts {prompts} differ from the source's {theirs_prompts}")
+    late, theirs_late = model_file.late, loaded.late()
+    if late != theirs_late:
+        found.append(f"its late-interaction settings {late} differ from the source's {theirs_late}")
     return found
 
 

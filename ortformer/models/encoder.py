@@ -57,6 +57,8 @@ class Encoder(nn.Module):
     with h = norm(act(W_h v + b_h)) (the Dense when classifier_dense is set, the norm when
     classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L)
     (over kept tokens whose id is not classifier_pad_id, when set).
+    With token_dense_size = D, token_embeddings t_i = (W_t x_i + b_t) / ||W_t x_i + b_t|| (B, N, D);
+    with token_weights, sparse w_i = relu(u . x_i + c) (B, N), on every position.
     SPLADE (pooling splade_max / splade_sum) pools a per-token head over the vocabulary (an MLM
     head, L = V) into sentence_embedding (B, V): see splade_pool.
 
@@ -105,6 +107,9 @@ class Encoder(nn.Module):
         self.classifier_activation = make_activation("identity" if dense == "none" else dense)
         self.classifier_norm = make_norm(cfg) if labels and cfg.classifier_norm else None
         self.classifier = nn.Linear(cfg.hidden_size, labels) if labels else None
+        self.token_dense = (nn.Linear(cfg.hidden_size, cfg.token_dense_size, bias=cfg.token_dense_bias)
+                            if cfg.token_dense_size else None)
+        self.token_weight = nn.Linear(cfg.hidden_size, 1) if cfg.token_weights else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
         cfg = self.config
@@ -157,6 +162,12 @@ class Encoder(nn.Module):
             outputs["sentence_embedding"] = pooled[:, :cfg.truncate_dim] if cfg.truncate_dim else pooled
         if logits is not None:
             outputs["logits"] = logits
+        # per-token heads read every position, padded ones too: a ColBERT query keeps the outputs of
+        # [MASK] expansion tokens that the attention mask hides from the other tokens
+        if self.token_dense is not None:
+            outputs["token_embeddings"] = normalized(self.token_dense(x))  # (B, N, D)
+        if self.token_weight is not None:
+            outputs["sparse"] = torch.relu(self.token_weight(x)).squeeze(-1)  # (B, N)
         return outputs
 
     def convolve(self, x: torch.Tensor, embedded: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
@@ -248,7 +259,7 @@ def splade_pool(logits: torch.Tensor, key_mask: torch.Tensor, kind: str, activat
 
 
 def normalized(pooled: torch.Tensor) -> torch.Tensor:
-    """pooled / max(||pooled||, 1e-12) per row, (B, S)."""
+    """pooled / max(||pooled||, 1e-12) over the last axis: per row (B, S), per token (B, N, D)."""
     # in float32: F.normalize's eps (1e-12) is 0 in float16, so a row with nothing kept would be 0 / 0
     return F.normalize(pooled.float(), dim=-1).to(pooled.dtype)
 

@@ -22,13 +22,17 @@ from types import SimpleNamespace
 from ..errors import CheckpointError, HubError, MissingExtraError
 from .hf.folder_layout import (LEGACY_TOKENIZER_FILES, TOKENIZER_NAME, module_dir, module_kind, st_modules,
                                 transformer_dir)
+from .hf.late_folders import BGE_M3_FILES, COLBERT_AI_METADATA
 from .weights import INDEX_SUFFIX, shard_names
 
 # read by the folder importers in the root and the Transformer module's folder: the configs
 # (folder_layout, sentence_config), the tokenizer and its settings (tokenizer_settings,
 # vocab_tokenizers); the other modules' folders hold a config.json (and a Dense one its weights)
 CONFIG_FILES = ("config.json", "modules.json", "config_sentence_transformers.json", "sentence_bert_config.json",
-                TOKENIZER_NAME, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+                TOKENIZER_NAME, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                # late interaction: colbert-ai's settings, bge-m3's two heads (hf/late_folders.py; read
+                # with torch.load(weights_only=True), and only their own layout has them)
+                COLBERT_AI_METADATA, *BGE_M3_FILES)
 # the weights, in find_weights' order of preference: safetensors (whole, then sharded) before any pickle
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors" + INDEX_SUFFIX)
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin" + INDEX_SUFFIX)

@@ -27,6 +27,17 @@ class Loaded:
     default_prompt: str | None = None  # the prompt used when the caller names none
     labels: tuple[str, ...] = ()  # the classifier head's label names by id (config.classifier_labels)
     fetched: Path | None = None  # a hub id's snapshot folder in the cache; None for a local path
+    # late interaction (ColBERT, bge-m3): markers, query expansion and skiplist as the folder names them,
+    # made token ids with the tokenizer (hf/late_folders.py's LateSpec), or None
+    late_spec: object | None = None
+
+    def late(self):
+        """The late-interaction settings (late.LateInteraction) as token ids of this model's tokenizer, or None."""
+        if self.late_spec is None:
+            return None
+        from .hf.late_folders import resolve
+
+        return resolve(self.late_spec, self.tokenizer, self.config.vocab_size)
 
     @property
     def config(self) -> EncoderConfig:
@@ -40,5 +51,5 @@ class Loaded:
         if text:
             options.update(tokenizer=self.tokenizer, text_max_length=self.text_max_length,
                            text_lowercase=self.text_lowercase, prompts=self.prompts,
-                           default_prompt=self.default_prompt)
+                           default_prompt=self.default_prompt, late=self.late())
         return options

@@ -59,6 +59,8 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "prompts": {"prompts": runtime.prompts, "default": runtime.default_prompt},
         # a classifier's label names by id, for the logits output ([] without a classifier)
         "labels": runtime.labels,
+        # late interaction: markers, query expansion, skiplist and special ids (late.LateInteraction), or None
+        "late_interaction": json.loads(runtime.late.to_json()) if runtime.late is not None else None,
         # how texts become ids: None when the file names no tokenizer; "unavailable" says why
         # a named one cannot be used (the model still takes token ids)
         "text": {"tokenizer": runtime.metadata[contract.META_TOKENIZER], "max_length": runtime.text_max_length,

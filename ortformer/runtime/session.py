@@ -251,7 +251,7 @@ class Runtime:
 
     def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
                     max_length: int | None = None, max_tokens: int | None = None, prompt_name: str | None = None,
-                    pairs: Sequence[str] | None = None):
+                    pairs: Sequence[str] | None = None, kind: str | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
         Returns what ``embed`` returns, by default (``select_output``) a classifier's logits,
@@ -262,10 +262,62 @@ class Runtime:
         ``default_prompt`` (if any), "" uses no prompt. pairs: a second text for each text,
         joined by the tokenizer's pair template with its token types (a cross-encoder's
         query and passage: ``output="logits"`` then scores each pair).
+        kind: "query" or "document" for a late-interaction model (ColBERT, bge-m3): a list of
+        (n_kept, D) float32 unit vectors per text, with the file's markers, query expansion and
+        skiplist (runtime/late.py), max_length (marker included) replacing the file's query / document
+        length; output="sparse": a {token id: weight} dict per text.
         """
         prefix = self.prompt_text(prompt_name)
         if prefix:
             texts = [prefix + text if isinstance(text, str) else text for text in texts]
+        if kind is not None or output in (contract.TOKEN_EMBEDDINGS, contract.SPARSE):
+            from .late import embed_late
+
+            if pairs is not None:
+                raise InputError("pairs join two texts for a cross-encoder; late interaction embeds each text "
+                                 "alone (kind='query' or 'document')")
+            name = output or contract.TOKEN_EMBEDDINGS
+            rows = embed_late(self, texts, kind or "document", [name], batch_size, max_tokens, max_length)[name]
+            shape = contract.output_shapes(self.config)[name]  # a pooled output as embed gives it: (n, S)
+            return rows if shape[1] == contract.SEQUENCE_AXIS else np.stack(rows) if rows else \
+                np.zeros((0, shape[-1]), np.float32)
+        encoder = self._text_encoder_checked()
+        length = self.text_max_length if max_length is None else max_length
+        special = encoder.num_special_tokens if pairs is None else encoder.num_pair_special_tokens
+        check_int("max_length", length, low=special + 1, high=self.config.max_sequence,
+                  why=f" (the tokenizer adds {special} special tokens; max_sequence is the longest the model takes)")
+        ids, types, _ = encoder.encode(texts, length, pairs)
+        with_types = pairs is not None and contract.TOKEN_TYPE_IDS in self.input_names
+        return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens,
+                          token_types=types if with_types else None)
+
+    def embed_all(self, texts: Sequence[str], kind: str = "document", batch_size: int = 32,
+                  max_tokens: int | None = None, prompt_name: str | None = None,
+                  max_length: int | None = None) -> dict[str, list]:
+        """Every output of a late-interaction model for each text, from one run per batch (bge-m3's
+        dense, sparse and ColBERT vectors): {"sentence_embedding": (n, S) float32 (when it pools),
+        "token_embeddings": [(n_kept, D) float32], "sparse": [{token id: weight}] (when it has them)}."""
+        from .late import embed_all
+
+        prefix = self._prompt_text(prompt_name)
+        texts = [prefix + t if isinstance(t, str) else t for t in texts] if prefix else texts
+        return embed_all(self, texts, kind, batch_size, max_tokens, max_length)
+
+    @staticmethod
+    def maxsim(query, documents) -> np.ndarray:
+        """ColBERT's MaxSim of one query's vectors (n_q, D) against each document's (n_d, D):
+        sum over query vectors of the largest dot product with the document's, (n_docs,) float32."""
+        from .late import maxsim
+
+        return maxsim(query, documents)
+
+    @property
+    def late(self):
+        """How texts become late-interaction vectors (late.LateInteraction), or None."""
+        return self.model_file.late
+
+    def _text_encoder_checked(self):
+        """The tokenizer, or the error saying why texts cannot be read."""
         if self._text_encoder is None:
             if self.text_problem is not None:
                 raise ModelFileError(f"{self.path}: text input is unavailable: {self.text_problem}; copy the "
@@ -278,15 +330,7 @@ class Runtime:
             from ..text import TextEncoder
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
-        length = self.text_max_length if max_length is None else max_length
-        encoder = self._text_encoder
-        special = encoder.num_special_tokens if pairs is None else encoder.num_pair_special_tokens
-        check_int("max_length", length, low=special + 1, high=self.config.max_sequence,
-                  why=f" (the tokenizer adds {special} special tokens; max_sequence is the longest the model takes)")
-        ids, types, _ = encoder.encode(texts, length, pairs)
-        with_types = pairs is not None and contract.TOKEN_TYPE_IDS in self.input_names
-        return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens,
-                          token_types=types if with_types else None)
+        return self._text_encoder
 
     def prompt_text(self, name: str | None) -> str:
         """The text prepended for prompt `name` (None: default_prompt, "": none); InputError
@@ -432,7 +476,7 @@ class Runtime:
         arrays = [ids for ids, _ in checked]
         types = None if token_types is None else [t for _, t in checked]
         shape = contract.output_shapes(self.config)[name]
-        pooled = len(shape) == 2  # one vector per sequence: (B, S) or (B, L)
+        pooled = shape[1] != contract.SEQUENCE_AXIS  # one vector per sequence: (B, S) or (B, L)
         result = np.empty((len(arrays), shape[-1]), np.float32) if pooled else [None] * len(arrays)
         if not arrays:
             return result

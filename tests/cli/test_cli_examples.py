@@ -107,6 +107,8 @@ def inputs(tmp_path_factory):
     splade = splade_folder(folder, config, real)
     loaded = load_any(splade)
     export(loaded.model, folder / "splade.onnx", parity=False, **loaded.export_options())
+    loaded = load_any(colbert_ai_folder(folder, config, real))
+    export(loaded.model, folder / "colbert.onnx", parity=False, **loaded.export_options())
     # past the Runtime's chunk size (8,192), in the tiny preset's vocabulary: a chunked run
     np.save(folder / "long.npy", np.random.default_rng(0).integers(1, 100, (1, 20_000)))
     np.save(folder / "batch.npy", np.array([[101, 7592, 102], [101, 2088, 102]], np.int64))
@@ -139,6 +141,26 @@ def splade_folder(folder: Path, config, tokenizer_folder: Path) -> Path:
                                       SpladePooling("max", activation_function="relu")], device="cpu")
     model.save(str(folder / "splade"))
     return folder / "splade"
+
+
+def colbert_ai_folder(folder: Path, config, tokenizer_folder: Path) -> Path:
+    """A colbert-ai checkpoint (HF_ColBERT: bert.* and a bias-free linear to 8) around a random BERT
+    of 64 positions (a short parity grid for the export example)."""
+    import torch
+    from safetensors.torch import save_file
+
+    transformers = pytest.importorskip("transformers")
+    colbert = folder / "colbertv2"
+    torch.manual_seed(1)
+    bert = transformers.BertModel(transformers.BertConfig(**{**config.to_dict(), "max_position_embeddings": 64}))
+    bert.eval().save_pretrained(str(colbert))
+    state = {f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()}
+    save_file({**state, "linear.weight": torch.randn(8, 32)}, str(colbert / "model.safetensors"))
+    hf_config = json.loads((colbert / "config.json").read_text())
+    (colbert / "config.json").write_text(json.dumps({**hf_config, "architectures": ["HF_ColBERT"]}))
+    (colbert / "artifact.metadata").write_text(json.dumps({"query_maxlen": 16, "doc_maxlen": 48, "dim": 8}))
+    shutil.copy(tokenizer_folder / "tokenizer.json", colbert / "tokenizer.json")
+    return colbert
 
 
 def onnx_rename_tokenizer(path: Path, name: str) -> None:

@@ -194,6 +194,8 @@ def test_an_older_save_fetches_its_pickle_and_vocabulary(hub, model):
 
 def test_wanted_files_prefer_safetensors_and_follow_the_index(tmp_path):
     assert wanted_files(None, set()) >= {"config.json", "model.safetensors", "model.safetensors.index.json"}
+    # what a late-interaction import reads beside them: colbert-ai's settings, bge-m3's heads
+    assert wanted_files(None, set()) >= {"artifact.metadata", "colbert_linear.pt", "sparse_linear.pt"}
     assert not {n for n in wanted_files(None, set()) if n.endswith(".bin")}  # never asked before safetensors are known
     folder = tmp_path / "snap"
     folder.mkdir()

@@ -2,6 +2,7 @@
 mapping lives beside this file (one module per family)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Callable
@@ -12,6 +13,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, folder_name, read_json, transformer_dir
 from .heads import classifier_head, mlm_head, mlm_inputs
+from .late_folders import TokenHeads, bge_m3_heads, colbert_ai_heads, st_token_heads
 from .sentence_config import read_sentence_config
 from .sentence_dense import dense_tensors
 
@@ -59,8 +61,15 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     # a truncate_dim at or past the width keeps them whole, as its slice does
     if st.truncate_dim and pooling != "none" and not sparse and st.truncate_dim < cfg.sentence_size:
         cfg = cfg.replace(truncate_dim=st.truncate_dim)
+    heads = _token_heads(root, st, cfg.hidden_size)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
+    if heads is None:  # colbert-ai keeps its projection among the encoder's weights
+        heads = colbert_ai_heads(root, hf_config, raw, str(weights))
+    if heads is not None:
+        cfg = cfg.replace(**heads.fields)
+        _check_expansion(heads.spec, cfg, root)
+        raw = {k: v for k, v in raw.items() if k not in heads.consumed}
     mapped, dropped = map_weights(raw, cfg, str(weights), duplicates)
     if classifier is not None:
         head_raw, aliased = mlm_inputs(classifier, raw, mapped.get("tokens.weight")) if sparse else (raw, set())
@@ -72,9 +81,31 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     if dense is not None:
         head, dense_files = dense_tensors(dense, cfg.hidden_size)
         mapped, files = {**mapped, **head}, [weights, *dense_files]
+    if heads is not None:
+        mapped, files = {**mapped, **heads.tensors}, [*files, *heads.files]
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
     return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
-                  default_prompt=st.default_prompt, labels=classifier.labels if classifier else ())
+                  default_prompt=st.default_prompt, labels=classifier.labels if classifier else (),
+                  late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None)
+
+
+def _token_heads(root: Path, st, hidden: int) -> TokenHeads | None:
+    """The per-token heads of a multi-vector sentence-transformers / PyLate folder or of bge-m3
+    (colbert-ai's are found among the weights, later)."""
+    if st.token_dense is not None:
+        return st_token_heads(root, st.token_dense, hidden)
+    return bge_m3_heads(root, hidden)
+
+
+def _check_expansion(spec, cfg: EncoderConfig, root: Path) -> None:
+    """Query expansion tokens hidden from attention keep outputs at positions the attention mask
+    marks as padding; a model whose position ids count kept tokens (RoBERTa's, from the mask)
+    would give them the last kept token's position, where the source counts them."""
+    if spec.expansion and not spec.attend_to_expansion and cfg.position_ids == "kept":
+        raise CheckpointError(f"{root}: query expansion without attention to the expansion tokens is not "
+                              "supported for a model whose position ids count kept tokens (RoBERTa / XLM-R "
+                              "families); ortformer imports it for BERT-like position ids, or with "
+                              "attend_to_expansion_tokens=true")

@@ -46,9 +46,10 @@ def module_dir(folder: Path, module: dict) -> Path:
 
 
 def module_kind(module: dict) -> str:
-    """'Pooling' from 'sentence_transformers.models.Pooling' or the newer module paths."""
+    """'Pooling' from 'sentence_transformers.models.Pooling' or the newer module paths ('Dense' from
+    PyLate's 'pylate.models.Dense.Dense', sentence-transformers' Dense applied to every token)."""
     kind = str(module.get("type", ""))
-    return kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else kind
+    return kind.rsplit(".", 1)[-1] if kind.startswith(("sentence_transformers.", "pylate.models.Dense.")) else kind
 
 
 def transformer_dir(folder: Path) -> Path:

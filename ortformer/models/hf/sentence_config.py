@@ -12,6 +12,7 @@ from ...checks import brief
 from ...config import SPLADE_ACTIVATIONS, SPLADE_POOLINGS
 from ...errors import CheckpointError
 from .folder_layout import module_dir, module_kind, read_json, st_modules, transformer_dir
+from .late_folders import is_pylate
 from .sentence_dense import DenseHead, chain_dense, dense_layer
 
 
@@ -31,6 +32,9 @@ class SentenceConfig:
     dense: DenseHead | None = None  # the Dense modules after the pooling
     splade_activation: str = "relu"  # a SpladePooling module's activation_function
     truncate_dim: int | None = None  # config_sentence_transformers.json's truncate_dim (Matryoshka)
+    # a multi-vector layout's Dense modules, which project every token (PyLate, or Dense and Normalize
+    # reading token_embeddings): late_folders.py makes them the token_embeddings head
+    token_dense: DenseHead | None = None
 
 
 def read_sentence_config(folder: Path) -> SentenceConfig:
@@ -49,6 +53,8 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             f"{folder / 'modules.json'} uses sentence-transformers modules ortformer does not implement: "
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
+    if "Dense" in kinds and not {"Pooling", "SpladePooling"} & set(kinds) and _multi_vector(folder, modules, kinds):
+        return _token_layout(folder, modules, kinds, st_config, prompts, default)
     _check_module_order(folder, kinds)
     _check_transformer_task(folder, kinds, st_config[1])
     pooling, dense, splade_activation = None, [], "relu"
@@ -62,6 +68,37 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
     max_len, lowercase = _text_settings(folder, *st_config)
     return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default,
                           chain_dense(dense), splade_activation, truncate_dim)
+
+
+def _multi_vector(folder: Path, modules: list[dict], kinds: list[str]) -> bool:
+    """Dense modules without a Pooling that project tokens: PyLate's, or ones reading token_embeddings."""
+    if is_pylate(folder):
+        return True
+    configs = [module_dir(folder, m) / "config.json" for m, k in zip(modules, kinds) if k == "Dense"]
+    return any(path.is_file() and read_json(path).get("module_input_name") == "token_embeddings" for path in configs)
+
+
+def _token_layout(folder: Path, modules: list[dict], kinds: list[str], st_config: tuple, prompts: dict,
+                  default: str | None) -> SentenceConfig:
+    """Transformer, Dense modules on every token, and (sentence-transformers' layout) a Normalize
+    of token_embeddings: the multi-vector folders; PyLate's normalises in its encode instead."""
+    pylate = is_pylate(folder)
+    body = kinds[1:-1] if kinds[-1] == "Normalize" else kinds[1:]
+    if kinds[0] != "Transformer" or set(body) != {"Dense"}:
+        raise CheckpointError(f"{folder / 'modules.json'} lists modules {kinds}; a multi-vector folder is a "
+                              "Transformer, Dense modules, then (sentence-transformers) a Normalize")
+    reads = (None, "sentence_embedding", "token_embeddings") if pylate else ("token_embeddings",)
+    dense = [dense_layer(module_dir(folder, m), reads) for m, k in zip(modules, kinds) if k == "Dense"]
+    if not pylate:
+        normalize = module_dir(folder, modules[-1]) / "config.json" if kinds[-1] == "Normalize" else None
+        name = read_json(normalize).get("module_input_name") if normalize is not None and normalize.is_file() else None
+        if name != "token_embeddings":
+            raise CheckpointError(f"{folder / 'modules.json'}: Dense modules on token_embeddings need a Normalize of "
+                                  "token_embeddings after them (module_input_name=\"token_embeddings\"); ortformer's "
+                                  "multi-vector output is normalised per token, as ColBERT scores it")
+    max_len, lowercase = _text_settings(folder, *st_config)
+    return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default,
+                          token_dense=chain_dense(dense))
 
 
 def _check_transformer_task(folder: Path, kinds: list[str], settings: dict) -> None:

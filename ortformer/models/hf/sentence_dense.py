@@ -57,8 +57,10 @@ def chain_dense(layers: list[DenseLayer]) -> DenseHead | None:
     return DenseHead(tuple(layers))
 
 
-def dense_layer(module_dir: Path) -> DenseLayer:
-    """A Dense module's config, checked to be the plain pooled-vector map ortformer implements."""
+def dense_layer(module_dir: Path, reads: tuple = (None, "sentence_embedding")) -> DenseLayer:
+    """A Dense module's config, checked to be the plain map ortformer implements; ``reads``: the
+    module_input_name / module_output_name values it may have (the pooled vector, or with a
+    multi-vector layout token_embeddings)."""
     path = module_dir / "config.json"
     config = read_json(path)
     for key in ("in_features", "out_features"):
@@ -72,9 +74,10 @@ def dense_layer(module_dir: Path) -> DenseLayer:
         raise CheckpointError(f"{path}: use_residual={config['use_residual']!r} is not supported; "
                               "ortformer implements the Dense module without a residual connection")
     for key in ("module_input_name", "module_output_name"):
-        if config.get(key) not in (None, "sentence_embedding"):
-            raise CheckpointError(f"{path}: {key}={config[key]!r} is not supported; ortformer applies Dense "
-                                  "to the pooled sentence_embedding only")
+        if config.get(key) not in reads:
+            valid = " or ".join(repr(r) for r in reads if r)
+            raise CheckpointError(f"{path}: {key}={config.get(key)!r} is not supported here; ortformer applies this "
+                                  f"Dense to {valid} (token_embeddings: a multi-vector folder, without Pooling)")
     activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
     name = activation.rsplit(".", 1)[-1] if isinstance(activation, str) and activation.startswith("torch.") else None
     if name not in ST_DENSE_ACTIVATIONS:
