@@ -299,7 +299,7 @@ class Runtime:
         "token_embeddings": [(n_kept, D) float32], "sparse": [{token id: weight}] (when it has them)}."""
         from .late import embed_all
 
-        prefix = self._prompt_text(prompt_name)
+        prefix = self.prompt_text(prompt_name)
         texts = [prefix + t if isinstance(t, str) else t for t in texts] if prefix else texts
         return embed_all(self, texts, kind, batch_size, max_tokens, max_length)
 

@@ -115,12 +115,15 @@ class ServeApp:
                              failure="batch_size")
 
     async def encode(self, handled: Handled, served: ServedModel, inputs: list, options: TextOptions,
-                     pairs: list | None = None) -> Encoded:
+                     pairs: list | None = None, late_kind: str | None = None) -> Encoded:
+        """The inputs as validated token ids; with late_kind ("query" / "document"), as a
+        late-interaction model reads them (served.encode_late)."""
         start = time.perf_counter()
         truncate = self.options.auto_truncate if options.truncate is None else options.truncate
         chars = sum(len(x) for x in inputs if isinstance(x, str)) + sum(len(p) for p in pairs or () if p)
-        call = (lambda: served.encode(inputs, truncate=truncate, direction=options.direction,
-                                      prompt_name=options.prompt_name, pairs=pairs))
+        call = (lambda: served.encode_late(inputs, late_kind)) if late_kind is not None else (
+            lambda: served.encode(inputs, truncate=truncate, direction=options.direction,
+                                  prompt_name=options.prompt_name, pairs=pairs))
         encoded = call() if chars <= INLINE_CHARS else await asyncio.to_thread(call)
         handled.tokenization_s = time.perf_counter() - start
         handled.chars = chars

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.batching import length_batches
+from ..runtime.late import run_prepared
 from .errors import ServeError, backend
 from .metrics import Metrics
 from .model import Encoded, ServedModel
@@ -157,8 +158,10 @@ class Batcher:
         live = [job for job in jobs if not job.future.done()]  # a cancelled job's client has left
         for job in live:
             job.started_at = time.perf_counter()
-        for output in dict.fromkeys(job.output for job in live):  # one output per Runtime.embed call
-            await self._run_output(output, [job for job in live if job.output == output])
+        # one output per model call; late-interaction jobs carry their own attention, so apart
+        for output, late in dict.fromkeys((job.output, job.encoded.attention is not None) for job in live):
+            await self._run_output(output, [job for job in live if job.output == output
+                                            and (job.encoded.attention is not None) == late])
 
     async def _run_output(self, output: str, jobs: list[Job]) -> None:
         loop = asyncio.get_running_loop()
@@ -167,6 +170,8 @@ class Batcher:
         paired = any(t is not None for job in jobs for t in job.encoded.types)
         types = [job.encoded.types[i] if job.encoded.types[i] is not None else np.zeros_like(s)
                  for (job, i), s in zip(owners, sequences)] if paired else None
+        late = jobs[0].encoded.attention is not None  # _run_round groups late jobs apart
+        attention = [job.encoded.attention[i] for job, i in owners] if late else None
         lengths = np.array([len(s) for s in sequences])
         for batch in length_batches(lengths, len(sequences), self.max_batch_tokens):
             batch = [int(i) for i in batch if not owners[i][0].future.done()]  # skip the clients that left
@@ -176,7 +181,8 @@ class Batcher:
             start = time.perf_counter()
             try:
                 out = await loop.run_in_executor(self._executor, self._call, output, [sequences[i] for i in batch],
-                                                  None if types is None else [types[i] for i in batch])
+                                                  None if types is None else [types[i] for i in batch],
+                                                  None if attention is None else [attention[i] for i in batch])
             except Exception as exc:  # onnxruntime's errors share no base class
                 error = backend(f"model {self.model.name!r} failed: {exc}")
                 for job in {owners[i][0] for i in batch}:
@@ -195,7 +201,11 @@ class Batcher:
                 if job.remaining == 0:
                     job.future.set_result(job.results)
 
-    def _call(self, output: str, sequences: list, types: list | None):
-        """One model call: sequences that length_batches cut to fit max_batch_tokens."""
+    def _call(self, output: str, sequences: list, types: list | None, attention: list | None):
+        """One model call: sequences that length_batches cut to fit max_batch_tokens; late-interaction
+        sequences with their own attention (runtime/late.py's run_prepared)."""
+        if attention is not None:
+            return run_prepared(self.model.runtime, sequences, attention, [output], len(sequences),
+                                self.max_batch_tokens)[output]
         return self.model.runtime.embed(sequences, batch_size=len(sequences), output=output,
                                         max_tokens=self.max_batch_tokens, token_types=types)

@@ -18,6 +18,10 @@ class Encoded:
     pairs, their token types (None: zeros)."""
     ids: list[np.ndarray]
     types: list[np.ndarray | None]
+    # late interaction (runtime/late.py's prepare): each text's own attention (query expansion
+    # tokens may be unattended) and the tokens whose vectors it keeps; None for other models
+    attention: list[np.ndarray] | None = None
+    keep: list[np.ndarray] | None = None
 
     @property
     def tokens(self) -> int:
@@ -51,6 +55,8 @@ class ServedModel:
             from ..text import TextEncoder
 
             self.encoder = TextEncoder(runtime.tokenizer_path(), runtime.text_lowercase)
+        # ColBERT / bge-m3: per-token vectors or lexical weights, read through runtime/late.py
+        self.late_interaction = bool({contract.TOKEN_EMBEDDINGS, contract.SPARSE} & set(runtime.output_names))
         self.labels = runtime.labels or [f"LABEL_{i}" for i in range(runtime.config.classifier_labels)]
 
     # what each route needs of the model ------------------------------------------------------
@@ -67,6 +73,10 @@ class ServedModel:
             if not self.runtime.pools:
                 raise cannot_serve(self.name, route, "it gives no pooled sentence_embedding; use /embed_all")
             return contract.SENTENCE_EMBEDDING
+        if route == "/embed_sparse" and contract.SPARSE in self.runtime.output_names:
+            return contract.SPARSE  # bge-m3's lexical weights
+        if route == "/embed_all" and contract.TOKEN_EMBEDDINGS in self.runtime.output_names:
+            return contract.TOKEN_EMBEDDINGS  # ColBERT's vectors: projected, normalised, skiplist applied
         if route == "/embed_sparse":
             if kind != "sparse":
                 raise cannot_serve(self.name, route, "it is not an embedding model with SPLADE pooling")
@@ -150,6 +160,24 @@ class ServedModel:
             if not isinstance(x, str):
                 ids[i] = self._checked_ids(i, x, truncate, direction)
         return Encoded(ids, types)
+
+    def encode_late(self, inputs: list, kind: str) -> Encoded:
+        """Texts as a late-interaction model reads them (runtime/late.py's prepare): the query or
+        document marker, a query expanded to the query length, a document cut to its length, the
+        vectors a text keeps. Lengths are the model's own, so `truncate` does not apply."""
+        from ..late import LateInteraction
+        from ..runtime.late import prepare
+
+        if not all(isinstance(x, str) for x in inputs):
+            raise validation(f"model {self.name!r} is a late-interaction model: its inputs are texts, not token ids")
+        if any(x == "" for x in inputs):
+            raise validation("`inputs` cannot be empty: an input is an empty text")
+        try:
+            ids, attention, keep = prepare(self._encoder(), inputs, self.runtime.late or LateInteraction(), kind,
+                                           self.max_input_length, self.runtime.config.max_sequence)
+        except InputError as exc:
+            raise ServeError(f"tokenization failed: {exc}", "tokenizer", failure="tokenization") from None
+        return Encoded(ids, [None] * len(ids), attention, keep)
 
     def _too_long(self, index: int):
         raise validation(f"input {index} is longer than the model's max_input_length={self.max_input_length} tokens; "

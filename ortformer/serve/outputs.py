@@ -35,6 +35,15 @@ def sparse_rows(vectors: np.ndarray) -> list[list[dict]]:
     return rows
 
 
+def lexical_rows(weights: np.ndarray, ids: np.ndarray, skip) -> list[dict]:
+    """A bge-m3 text's per-token sparse weights (n,) at its ids (n,) -> TEI's sparse row
+    [{"index": id, "value": w}], id ascending: w the max over the id's positions, for w > 0 and
+    ids not in ``skip`` (runtime/late.py's lexical_weights, FlagEmbedding's)."""
+    from ..runtime.late import lexical_weights
+
+    return [{"index": int(i), "value": float(v)} for i, v in sorted(lexical_weights(ids, weights, skip).items())]
+
+
 def scores(logits: np.ndarray, raw: bool) -> np.ndarray:
     """(n, L) logits -> TEI's scores: raw, else sigmoid(x) for one label and softmax over the
     labels (max-subtracted) for more."""

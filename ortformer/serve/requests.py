@@ -125,6 +125,17 @@ class EmbedRequest:
     normalize: bool = True
     dimensions: int | None = None
     encoding_format: str = "float"
+    kind: str | None = None  # late interaction: "query" or "document" (None: document)
+
+
+LATE_KINDS = ("query", "document")
+
+
+def _late_kind(body: dict) -> str | None:
+    value = _get(body, "kind", (str,), None, '"query" or "document"')
+    if value is not None and value not in LATE_KINDS:
+        raise bad_request(f'`kind` must be "query" or "document" (late-interaction models), got {json.dumps(value)[:40]}')
+    return value
 
 
 def _dimensions(body: dict) -> int | None:
@@ -135,11 +146,12 @@ def _dimensions(body: dict) -> int | None:
 
 
 def embed_request(body: dict) -> EmbedRequest:
-    """/embed, /embed_sparse, /embed_all (which ignore normalize and dimensions)."""
+    """/embed, /embed_sparse, /embed_all (which ignore normalize and dimensions); `kind` (beyond
+    TEI) says whether a late-interaction model embeds queries or documents."""
     inputs, single = _inputs(body, "inputs")
     return EmbedRequest(inputs, single, _text_options(body),
                         normalize=_get(body, "normalize", (bool,), True, "true or false"),
-                        dimensions=_dimensions(body))
+                        dimensions=_dimensions(body), kind=_late_kind(body))
 
 
 def openai_request(body: dict) -> EmbedRequest:

@@ -13,11 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from .._version import __version__
+from ..late import LateInteraction
 from .app import Handled, ServeApp
 from .errors import ServeError, bad_request
 from .model import ServedModel
 from .options import ServeOptions
-from .outputs import check_quantizable, encode_rows, scores, shape_embeddings, sparse_rows
+from .outputs import check_quantizable, encode_rows, lexical_rows, scores, shape_embeddings, sparse_rows
 from .requests import embed_request, openai_request, predict_request, rerank_request, tokenize_request
 
 
@@ -45,10 +46,10 @@ def _count_inputs(app: ServeApp, served: ServedModel, name: str, count: int, sec
     app.metrics.duration(f"{prefix}_duration", served.name, seconds)
 
 
-async def _pooled(app: ServeApp, request: Request, handled: Handled, route: str):
-    """/embed and /embed_sparse: (n, S) pooled vectors of the request's inputs."""
-    body = await app.body(request)
-    req = embed_request(body)
+async def _pooled(app: ServeApp, request: Request, handled: Handled, route: str, req=None):
+    """/embed and /embed_sparse: (n, S) pooled vectors of the request's inputs (req: the body
+    already parsed)."""
+    req = req or embed_request(await app.body(request))
     served = _begin(app, handled, req.options.model, req.single, len(req.inputs))
     output = served.require(route)
     if route == "/embed" and req.normalize and served.kind == "sparse":
@@ -60,6 +61,17 @@ async def _pooled(app: ServeApp, request: Request, handled: Handled, route: str)
     return req, served, vectors
 
 
+async def _late(app: ServeApp, request: Request, handled: Handled, route: str, req, served: ServedModel):
+    """/embed_all and /embed_sparse of a late-interaction model: (encoded, the per-token output of
+    each text), read as a query or a document (`kind`, default document)."""
+    _begin(app, handled, req.options.model, req.single, len(req.inputs))
+    output = served.require(route)
+    encoded = await app.encode(handled, served, req.inputs, req.options, late_kind=req.kind or "document")
+    rows = await app.submit(request, handled, served, output, encoded)
+    _count_inputs(app, served, "embed", len(req.inputs), handled.done.queue_s + handled.done.inference_s)
+    return encoded, rows
+
+
 def routes(app: ServeApp) -> list:
     async def embed(request: Request, handled: Handled) -> Response:
         req, served, vectors = await _pooled(app, request, handled, "/embed")
@@ -67,13 +79,26 @@ def routes(app: ServeApp) -> list:
         return app.json(handled, vectors.tolist())
 
     async def embed_sparse(request: Request, handled: Handled) -> Response:
-        _, _, vectors = await _pooled(app, request, handled, "/embed_sparse")
+        req = embed_request(await app.body(request))
+        served = app.model(req.options.model)
+        if served.late_interaction:
+            encoded, weights = await _late(app, request, handled, "/embed_sparse", req, served)
+            skip = (served.runtime.late or LateInteraction()).sparse_skip
+            return app.json(handled, [lexical_rows(w, ids, skip) for w, ids in zip(weights, encoded.ids)])
+        _, _, vectors = await _pooled(app, request, handled, "/embed_sparse", req)
         return app.json(handled, sparse_rows(vectors))
 
     async def embed_all(request: Request, handled: Handled) -> Response:
         req = embed_request(await app.body(request))
+        served = app.model(req.options.model)
+        if served.late_interaction:
+            encoded, tokens = await _late(app, request, handled, "/embed_all", req, served)
+            return app.json(handled, [t[keep].tolist() for t, keep in zip(tokens, encoded.keep)])
         served = _begin(app, handled, req.options.model, req.single, len(req.inputs))
         output = served.require("/embed_all")
+        if req.kind is not None:
+            raise bad_request(f"`kind` applies to late-interaction models (ColBERT, bge-m3); model {served.name!r} "
+                              "is not one: drop it")
         encoded = await app.encode(handled, served, req.inputs, req.options)
         tokens = await app.submit(request, handled, served, output, encoded)
         _count_inputs(app, served, "embed", len(req.inputs), handled.done.queue_s + handled.done.inference_s)

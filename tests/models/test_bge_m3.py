@@ -121,3 +121,24 @@ def test_check_against_the_folder_reruns_the_gate_on_every_output(bge_m3):
     folder, *_, m3 = bge_m3
     report = verify(m3.path, against=folder)["parity"]
     assert report["passed"] and {contract.TOKEN_EMBEDDINGS, contract.SPARSE} <= set(report["worst"])
+
+
+def test_serve_gives_bge_m3s_three_outputs(bge_m3):
+    """ortformer serve: /embed the dense vectors, /embed_sparse the lexical weights as TEI's
+    [{index, value}] rows, /embed_all the ColBERT vectors, each equal to Runtime.embed_all's."""
+    httpx = pytest.importorskip("httpx")
+    from support.serve import serving
+
+    *_, rt = bge_m3
+    texts = DOCS + ["the the the repeated repeated"]
+    want = rt.embed_all(texts)
+    with serving({"m3": rt}, ["m3"]) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        dense = client.post("/embed", json={"inputs": texts})
+        sparse = client.post("/embed_sparse", json={"inputs": texts})
+        tokens = client.post("/embed_all", json={"inputs": texts})
+    assert dense.status_code == sparse.status_code == tokens.status_code == 200, (dense.text, sparse.text)
+    np.testing.assert_allclose(dense.json(), want["sentence_embedding"], atol=ATOL, rtol=0)
+    for row, weights in zip(sparse.json(), want["sparse"]):
+        assert [e["index"] for e in row] == sorted(weights)
+        np.testing.assert_allclose([e["value"] for e in row], [weights[i] for i in sorted(weights)], atol=ATOL)
+    close([np.array(v, np.float32) for v in tokens.json()], want["token_embeddings"])

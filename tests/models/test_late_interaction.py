@@ -338,3 +338,25 @@ def test_check_refuses_a_file_whose_settings_differ_from_the_folder(colbert_ai):
     other = Runtime(with_late(colbert, "other.onnx", query_length=12), provider="cpu")  # another model for texts
     with pytest.raises(ConfigError, match="late-interaction settings"):
         verify(other.path, against=folder)
+
+
+def test_serve_embed_all_gives_each_texts_kept_vectors(pylate):
+    """ortformer serve's /embed_all of a ColBERT model: Runtime.embed_texts' vectors, as queries or
+    documents (`kind`), from batches of several clients' texts; ids and other routes refused."""
+    httpx = pytest.importorskip("httpx")
+    from support.serve import serving
+
+    *_, rt = pylate
+    with serving({"colbert": rt}, ["colbert"]) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        for kind, texts in (("query", QUERIES), ("document", DOCS)):
+            answer = client.post("/embed_all", json={"inputs": texts, "kind": kind})
+            assert answer.status_code == 200, answer.text
+            close([np.array(v, np.float32) for v in answer.json()], rt.embed_texts(texts, kind=kind))
+        default = client.post("/embed_all", json={"inputs": DOCS[0]}).json()  # a document unless told
+        close([np.array(default[0], np.float32)], rt.embed_texts(DOCS[:1], kind="document"))
+        for body, code, match in (({"inputs": DOCS, "kind": "passage"}, 422, "query"),
+                                  ({"inputs": [[101, 102]]}, 413, "texts, not token ids")):
+            answer = client.post("/embed_all", json=body)
+            assert answer.status_code == code and match in answer.json()["error"], answer.text
+        for route in ("/embed", "/embed_sparse"):
+            assert client.post(route, json={"inputs": "x"}).status_code == 424
