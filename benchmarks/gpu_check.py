@@ -49,6 +49,7 @@ from ortformer.runtime.providers import CPU_EP, CUDA_EP
 
 KINDS = ("softmax", "linear", "efficient", "cosine")
 PROFILE_SHAPE = (256, 128)
+IO_SHAPES = ((1, 128), (32, 128), (256, 128))
 LONG_LENGTHS = (131072, 1_048_576)  # the second only while the budget lasts
 SOAK_CHILD = HERE.parent / "tests" / "reliability" / "soak_child.py"
 
@@ -172,7 +173,7 @@ def io_binding(work: Path) -> dict:
     rt = Runtime(path, gpu_bench.DEVICE)
     out = {"model": path.name}
     rng = np.random.default_rng(0)
-    for b, n in ((1, 128), (32, 128), (256, 128)):
+    for b, n in IO_SHAPES:
         n = min(n, rt.config.max_sequence)
         feeds = make_inputs(rt.config, Case(b, n, "right"), rng)
         names = rt.output_names
