@@ -17,7 +17,7 @@ the others. Sections, in order:
 - throughput: tokens/s over batch x sequence (gpu_bench.SHAPES), float32 and float16, against
   transformers on the same GPU with the same weights (gpu_bench.py);
 - long_linear: the chunked linear model at 131,072 (and 1,048,576) tokens on CUDA;
-- soak: tests/reliability/soak_child.py on CUDA (8 threads, 2,000 calls), GPU memory sampled.
+- soak: tests/support/soak_child.py on CUDA (8 threads, 2,000 calls), GPU memory sampled.
 Without a usable CUDA provider every section records {"skipped": reason}.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ KINDS = ("softmax", "linear", "efficient", "cosine")
 PROFILE_SHAPE = (256, 128)
 IO_SHAPES = ((1, 128), (32, 128), (256, 128))
 LONG_LENGTHS = (131072, 1_048_576)  # the second only while the budget lasts
-SOAK_CHILD = HERE.parent / "tests" / "reliability" / "soak_child.py"
+SOAK_CHILD = HERE.parent / "tests" / "support" / "soak_child.py"
 
 
 MISSING_DEVICE = """
