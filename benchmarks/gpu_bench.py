@@ -1,5 +1,6 @@
-"""Throughput on one GPU (benchmarks/gpu_check.py's throughput section): ortformer's ONNX files on
-CUDA against transformers eager on the same GPU with the same weights.
+"""Throughput on one GPU (benchmarks/gpu_check.py's throughput, profile and kernels sections):
+ortformer's ONNX files on CUDA against transformers eager on the same GPU with the same weights,
+and where the time goes (onnxruntime's per-op profile; per-kernel GPU time from torch's profiler).
 
 Per model (bert-base shape with tiled weights, all-MiniLM-L6-v2 exported there from gpu_models'
 folder), per batch x sequence in SHAPES (no padding), median ms per forward:
@@ -26,6 +27,7 @@ from ortformer.runtime import Runtime
 
 # where everything runs; "cpu" rehearses the scripts on a machine without a GPU (gpu_check --device)
 DEVICE = "cuda"
+PROFILE_SHAPE = (256, 128)  # where gpu_check's profile and kernels sections look
 SHAPES = ((1, 128), (32, 128), (256, 128), (64, 512))
 DATASHEET_FP16_TFLOPS = 989.4  # H100/H200 SXM dense float16, the vendor's datasheet
 
@@ -211,4 +213,53 @@ def throughput(work: Path, deadline: float) -> dict:
             del model
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
+    return out
+
+
+def profile(work: Path) -> dict:
+    """onnxruntime's per-op profile of bert-base at PROFILE_SHAPE, float32 and float16: where the
+    GPU time goes (runtime/profile.py; kernel times as onnxruntime records them)."""
+    from ortformer.runtime.profile import profile_ops
+
+    out = {}
+    for name in ("bert_base.onnx", "bert_base_fp16.onnx"):
+        report = profile_ops(work / name, batch=PROFILE_SHAPE[0], sequence=PROFILE_SHAPE[1], runs=5,
+                             provider=DEVICE)
+        out[name] = {k: report[k] for k in ("provider", "batch", "sequence", "median_run_ms", "kernel_ms_per_run", "ops")}
+        out[name]["top_nodes"] = report["top_nodes"][:5]
+    return out
+
+
+def top_kernels(fn, runs: int = 5, top: int = 12) -> dict:
+    """GPU time per kernel name over `runs` calls of fn (torch's profiler reads CUPTI, which
+    sees onnxruntime's kernels as well as its own): the top kernels and the total per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = DEVICE == "cuda"  # the CPU rehearsal lists torch's CPU ops instead
+
+    def spent(event) -> float:
+        return event.device_time_total if on_gpu else event.self_cpu_time_total
+
+    fn()
+    with profile(activities=[ProfilerActivity.CUDA if on_gpu else ProfilerActivity.CPU]) as prof:
+        for _ in range(runs):
+            fn()
+    rows = [(e.key, spent(e) / runs / 1000, e.count // runs) for e in prof.key_averages() if spent(e) > 0]
+    rows.sort(key=lambda r: -r[1])
+    total = sum(r[1] for r in rows)
+    return {"gpu_ms_per_call": round(total, 3), "kernels_per_call": sum(r[2] for r in rows),
+            "top": [{"kernel": k[:120], "ms_per_call": round(ms, 3), "share": round(ms / total, 4), "launches": c}
+                    for k, ms, c in rows[:top]]}
+
+
+def kernels(work: Path) -> dict:
+    """Where the GPU time goes at PROFILE_SHAPE: bert-base float16 in onnxruntime (inputs and
+    outputs on the device) against transformers float16 SDPA on the same weights."""
+    b, n = PROFILE_SHAPE
+    rt = Runtime(work / "bert_base_fp16.onnx", DEVICE)
+    out = {"shape": [b, n], "onnxruntime_float16": top_kernels(ort_calls(rt, b, n)[1])}
+    del rt
+    model = eager_model(work / "bert_base", "float16", "sdpa")
+    vocab = json.loads((work / "bert_base" / "config.json").read_text())["vocab_size"]
+    out["transformers_float16_sdpa"] = top_kernels(eager_call(model, b, n, vocab))
     return out

@@ -17,7 +17,8 @@ the others. Sections, in order:
 - throughput: tokens/s over batch x sequence (gpu_bench.SHAPES), float32 and float16, against
   transformers on the same GPU with the same weights (gpu_bench.py);
 - long_linear: the chunked linear model at 131,072 (and 1,048,576) tokens on CUDA;
-- soak: tests/support/soak_child.py on CUDA (8 threads, 2,000 calls), GPU memory sampled.
+- soak: tests/support/soak_child.py on CUDA (8 threads, 2,000 calls), GPU memory sampled;
+- profile, kernels: where bert-base's time goes on the GPU (gpu_bench.profile, gpu_bench.kernels).
 Without a usable CUDA provider every section records {"skipped": reason}.
 """
 from __future__ import annotations
@@ -48,7 +49,6 @@ from ortformer.runtime import Runtime
 from ortformer.runtime.providers import CPU_EP, CUDA_EP
 
 KINDS = ("softmax", "linear", "efficient", "cosine")
-PROFILE_SHAPE = (256, 128)
 IO_SHAPES = ((1, 128), (32, 128), (256, 128))
 LONG_LENGTHS = (131072, 1_048_576)  # the second only while the budget lasts
 SOAK_CHILD = HERE.parent / "tests" / "support" / "soak_child.py"
@@ -246,55 +246,6 @@ def long_linear(work: Path, deadline: float) -> dict:
     return out
 
 
-def profile(work: Path) -> dict:
-    """onnxruntime's per-op profile of bert-base at PROFILE_SHAPE, float32 and float16: where the
-    GPU time goes (runtime/profile.py; kernel times as onnxruntime records them)."""
-    from ortformer.runtime.profile import profile_ops
-
-    out = {}
-    for name in ("bert_base.onnx", "bert_base_fp16.onnx"):
-        report = profile_ops(work / name, batch=PROFILE_SHAPE[0], sequence=PROFILE_SHAPE[1], runs=5,
-                             provider=gpu_bench.DEVICE)
-        out[name] = {k: report[k] for k in ("provider", "batch", "sequence", "median_run_ms", "kernel_ms_per_run", "ops")}
-        out[name]["top_nodes"] = report["top_nodes"][:5]
-    return out
-
-
-def top_kernels(fn, runs: int = 5, top: int = 12) -> dict:
-    """GPU time per kernel name over `runs` calls of fn (torch's profiler reads CUPTI, which
-    sees onnxruntime's kernels as well as its own): the top kernels and the total per call."""
-    from torch.profiler import ProfilerActivity, profile
-
-    on_gpu = gpu_bench.DEVICE == "cuda"  # the CPU rehearsal lists torch's CPU ops instead
-
-    def spent(event) -> float:
-        return event.device_time_total if on_gpu else event.self_cpu_time_total
-
-    fn()
-    with profile(activities=[ProfilerActivity.CUDA if on_gpu else ProfilerActivity.CPU]) as prof:
-        for _ in range(runs):
-            fn()
-    rows = [(e.key, spent(e) / runs / 1000, e.count // runs) for e in prof.key_averages() if spent(e) > 0]
-    rows.sort(key=lambda r: -r[1])
-    total = sum(r[1] for r in rows)
-    return {"gpu_ms_per_call": round(total, 3), "kernels_per_call": sum(r[2] for r in rows),
-            "top": [{"kernel": k[:120], "ms_per_call": round(ms, 3), "share": round(ms / total, 4), "launches": c}
-                    for k, ms, c in rows[:top]]}
-
-
-def kernels(work: Path) -> dict:
-    """Where the GPU time goes at PROFILE_SHAPE: bert-base float16 in onnxruntime (inputs and
-    outputs on the device) against transformers float16 SDPA on the same weights."""
-    b, n = PROFILE_SHAPE
-    rt = Runtime(work / "bert_base_fp16.onnx", gpu_bench.DEVICE)
-    out = {"shape": [b, n], "onnxruntime_float16": top_kernels(gpu_bench.ort_calls(rt, b, n)[1])}
-    del rt
-    model = gpu_bench.eager_model(work / "bert_base", "float16", "sdpa")
-    vocab = json.loads((work / "bert_base" / "config.json").read_text())["vocab_size"]
-    out["transformers_float16_sdpa"] = top_kernels(gpu_bench.eager_call(model, b, n, vocab))
-    return out
-
-
 def expected_ep() -> str:
     return CUDA_EP if gpu_bench.DEVICE == "cuda" else CPU_EP
 
@@ -432,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "strictness": lambda: strictness(work), "parity": lambda: parity(work), "io_binding": lambda: io_binding(work),
         "float16": lambda: float16(work), "throughput": lambda: gpu_bench.throughput(work, deadline - 90),
         "long_linear": lambda: long_linear(work, deadline), "soak": lambda: soak(work),
-        "profile": lambda: profile(work), "kernels": lambda: kernels(work),
+        "profile": lambda: gpu_bench.profile(work), "kernels": lambda: gpu_bench.kernels(work),
     }
     for name in args.sections.split(","):
         start = time.perf_counter()
