@@ -30,22 +30,19 @@ from ortformer.runtime import Runtime
 GATE = GATES["cuda"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model")
-    parser.add_argument("--device-id", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
-    cpu = Runtime(args.model, "cpu")
+def report(model: str, device_id: int = 0, seed: int = 0, reference: str | None = None,
+           gate: dict = GATE, provider: str = "cuda") -> dict:
+    """The grid on CUDA (``model``) against the CPU provider (``reference``, default the same
+    file): per case and overall metrics, and whether every comparison is within ``gate``;
+    {"skipped": True, "reason": ...} where CUDA is not usable. provider="cpu" rehearses the
+    comparison on a machine without a GPU."""
+    cpu = Runtime(reference or model, "cpu")
     try:
-        cuda = Runtime(args.model, "cuda", device_id=args.device_id)
+        cuda = Runtime(model, provider, device_id=device_id)
     except ProviderError as exc:
-        print(json.dumps({"skipped": True, "reason": str(exc)}))
-        print(f"SKIPPED: CUDA is not usable here: {exc}", file=sys.stderr)
-        return 0
+        return {"skipped": True, "reason": str(exc)}
 
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     cases, worst, overall, seconds = [], {}, {}, {"cpu": 0.0, "cuda": 0.0}
     passed = True
     for case in grid(cpu.config):
@@ -58,21 +55,34 @@ def main(argv: list[str] | None = None) -> int:
         metrics = {}
         for output in cpu.output_names:
             m = compare(output, outputs["cuda"][output], outputs["cpu"][output], inputs[contract.ATTENTION_MASK])
-            metrics[output] = {"max_abs": m["max_abs"], "max_rel": m["max_rel"], "min_cosine": m["min_cosine"]}
-            passed = passed and passes(m, GATE)  # per comparison, not on the folded worst case
+            metrics[output] = {"max_abs": m["max_abs"], "max_rel": m["max_rel"], "min_cosine": m["min_cosine"],
+                               "passed": passes(m, gate)}
+            passed = passed and metrics[output]["passed"]  # per comparison, not on the folded worst case
             fold_worst(worst, output, m)
             fold_worst(overall, "all outputs", m)
         cases.append({"batch": case.batch, "sequence": case.sequence, "padding": case.padding, "outputs": metrics})
 
     total = overall["all outputs"]
-    max_abs, min_cosine = total["max_abs"], total["min_cosine"]
-    print(json.dumps({
-        "model": args.model, "device_id": cuda.device_id, "provider": cuda.provider,
-        "gate": GATE,
-        "max_abs": max_abs, "max_rel": total["max_rel"], "min_cosine": min_cosine, "passed": passed, "worst": worst,
-        "seconds": {k: round(v, 4) for k, v in seconds.items()}, "cases": cases,
-    }, indent=2))
-    return 0 if passed else 1
+    return {
+        "model": model, "reference": reference or model, "device_id": cuda.device_id, "provider": cuda.provider,
+        "gate": gate,
+        "max_abs": total["max_abs"], "max_rel": total["max_rel"], "min_cosine": total["min_cosine"], "passed": passed,
+        "worst": worst, "seconds": {k: round(v, 4) for k, v in seconds.items()}, "cases": cases,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    result = report(args.model, args.device_id, args.seed)
+    print(json.dumps(result, indent=2))
+    if result.get("skipped"):
+        print(f"SKIPPED: CUDA is not usable here: {result['reason']}", file=sys.stderr)
+        return 0
+    return 0 if result["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..errors import InputError
-from .providers import spin_within_runs
+from ..errors import InputError, ProviderError
+from .providers import CPU_EP, CUDA_EP, spin_within_runs
 
 F32_MIN = float(np.finfo(np.float32).min)
 
@@ -67,13 +67,22 @@ def _session_options(threads: int | None) -> ort.SessionOptions:
 class ChunkedRunner:
     """The stage sessions of one model and the weights they are fed; thread-safe to run."""
 
-    def __init__(self, model_file, payload: Payload, threads: int | None, chunk_size: int | None = None):
+    def __init__(self, model_file, payload: Payload, threads: int | None, chunk_size: int | None = None,
+                 providers: list | None = None):
+        """providers: the onnxruntime providers argument of the whole-graph session (default the
+        CPU alone); a Runtime on CUDA runs its chunk stages on CUDA too, or refuses to run them."""
         self.config = model_file.config
         self.payload = payload
         self.chunk_size = chunk_size or payload.chunk_size
         options = _session_options(threads)
-        self.sessions = {name: ort.InferenceSession(blob, options, providers=["CPUExecutionProvider"])
+        wanted = providers or [CPU_EP]
+        self.sessions = {name: ort.InferenceSession(blob, options, providers=wanted)
                          for name, blob in payload.graphs.items()}
+        if wanted[0] != CPU_EP:  # never a silent CPU run of a model the caller put on the GPU
+            for name, session in self.sessions.items():
+                if session.get_providers()[0] != CUDA_EP:
+                    raise ProviderError(f"the chunk stage {name!r} of {model_file.path} runs on "
+                                        f"{session.get_providers()}, not CUDA; use provider='cpu' for long inputs")
         main = _main_weights(model_file.path, payload)
         self.weights = {}
         for group, entries in payload.weights.items():

@@ -92,8 +92,12 @@ def provider_list(provider: str, device_id: int) -> list:
         # CUDA cannot load: skip the attempt (and onnxruntime's red log lines), as "auto" promises
         return [CPU_EP]
     # kSameAsRequested: grow the GPU arena by what a call needs, not the next power of two,
-    # so a stream of odd shapes does not double the reservation each time
-    cuda_options = {"device_id": str(device_id), "arena_extend_strategy": "kSameAsRequested"}
+    # so a stream of odd shapes does not double the reservation each time.
+    # use_tf32=0: onnxruntime's CUDA provider rounds float32 MatMul inputs to TF32 (10-bit
+    # mantissa) by default; on an H200 that put a float32 file 1.5e-3 (max_rel 1.6e-3) from
+    # float32 PyTorch on all-MiniLM-L6-v2, past the CUDA gate. A float32 file computes in
+    # float32; export --dtype float16 is the fast path (docs/gpu.md).
+    cuda_options = {"device_id": str(device_id), "arena_extend_strategy": "kSameAsRequested", "use_tf32": "0"}
     return [(CUDA_EP, cuda_options), CPU_EP]
 
 

@@ -381,7 +381,10 @@ class Runtime:
             return None
         with self._runner_lock:
             if self._runner is None:
-                self._runner = ChunkedRunner(self.model_file, self._payload, self._threads_option, self.chunk_size)
+                stages = (providers.provider_list("cuda", self.device_id) if self.provider == "cuda"
+                          else [providers.CPU_EP])
+                self._runner = ChunkedRunner(self.model_file, self._payload, self._threads_option, self.chunk_size,
+                                             stages)
         return self._runner
 
     def stream(self, chunks):

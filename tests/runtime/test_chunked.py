@@ -209,3 +209,50 @@ def test_infer_writes_npy_through_a_memmap(models, tmp_path):
     want = Runtime(models("linear"), "cpu").run(input_ids=inputs[contract.INPUT_IDS])[contract.LAST_HIDDEN_STATE]
     assert np.array_equal(np.load(tmp_path / "x.npy"), want)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy", "x.npy"]  # no temporary left behind
+
+
+def test_chunk_stages_run_on_the_runtimes_provider(models, monkeypatch):
+    """A Runtime on CUDA asks for its chunk stages on CUDA, and refuses to run them on the CPU
+    when CUDA does not come up (no GPU here: the stage sessions are faked around CPU ones)."""
+    from types import SimpleNamespace
+
+    import onnxruntime as ort
+
+    from ortformer.errors import ProviderError
+    from ortformer.runtime import chunked
+    from ortformer.runtime.providers import CPU_EP, CUDA_EP
+
+    asked, claimed = [], []
+    real = ort.InferenceSession
+
+    class Stage:
+        """A CPU stage session that reports the providers in `claimed` (CUDA or not)."""
+
+        def __init__(self, blob, options, providers):
+            asked.append(providers)
+            self.session = real(blob, options, providers=[CPU_EP])
+
+        def get_providers(self):
+            return claimed
+
+        def __getattr__(self, name):
+            return getattr(self.session, name)
+
+    path = models("linear")
+    monkeypatch.setattr(chunked, "ort", SimpleNamespace(InferenceSession=Stage, SessionOptions=ort.SessionOptions))
+    rt = Runtime(path, "cpu", chunk_size=CHUNK)
+    ids = np.random.default_rng(0).integers(0, rt.config.vocab_size, (2, 3 * CHUNK + 5))
+    want = rt.run(input_ids=ids)[contract.LAST_HIDDEN_STATE]
+    assert asked and all(p == [CPU_EP] for p in asked)  # a CPU runtime: CPU stages
+
+    for claim in ([CPU_EP], [CUDA_EP, CPU_EP]):
+        asked.clear()
+        claimed[:] = claim
+        gpu = Runtime(path, "cpu", chunk_size=CHUNK)
+        gpu.provider, gpu.device_id = "cuda", 0  # as a Runtime that CUDA opened
+        if claim[0] == CPU_EP:  # CUDA did not come up for the stages: refused, not run on the CPU
+            with pytest.raises(ProviderError, match="not CUDA"):
+                gpu.chunk_runner()
+        else:
+            np.testing.assert_array_equal(gpu.run(input_ids=ids)[contract.LAST_HIDDEN_STATE], want)
+        assert asked and all(p[0][0] == CUDA_EP and p[-1] == CPU_EP for p in asked)
