@@ -41,6 +41,11 @@ class InputError(OrtformerError, ValueError):
     """A runtime input has the wrong name, dtype, rank, shape or values."""
 
 
+class LoadTargetError(InputError):
+    """A load test was pointed somewhere it may not go: an address that is not this machine's
+    loopback (127.0.0.0/8, ::1, localhost), or bounds that would never stop it."""
+
+
 class ProviderError(OrtformerError):
     """The requested onnxruntime execution provider cannot be used here."""
 
