@@ -1,18 +1,14 @@
 """The serve bench's load generator against a stand-in server on loopback: what it sends,
 what it counts, its percentiles, its bounds, and the addresses it refuses."""
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.standin_server import start
 
-sys.path.insert(0, str(Path(__file__).parent))
-from standin_server import start  # noqa: E402
-
-from ortformer.bench.load import LoadPlan, check_loopback, load, request_texts, summarize  # noqa: E402
-from ortformer.bench.servers import free_port  # noqa: E402
-from ortformer.errors import LoadTargetError  # noqa: E402
+from ortformer.bench.load import LoadPlan, check_loopback, load, request_texts, summarize
+from ortformer.bench.servers import free_port
+from ortformer.errors import LoadTargetError
 
 TEXTS = [f"text number {i}" + "!" * i for i in range(7)]
 TOKENS = [3 + i for i in range(7)]

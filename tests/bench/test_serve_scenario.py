@@ -13,7 +13,7 @@ from ortformer.bench import infinity_peer, serve_scenario
 from ortformer.bench.run import format_table
 from ortformer.bench.servers import HOST, ServerError, ServerProcess, free_port
 
-STANDIN = Path(__file__).with_name("standin_server.py")
+STANDIN = Path(__file__).parents[1] / "support" / "standin_server.py"
 
 
 def standin(tmp_path: Path, name: str) -> ServerProcess:
