@@ -24,6 +24,7 @@ from ..runtime.profile import profile_ops
 from .measure import run_isolated, side_by_side
 from .peers import bert_peers, matmul_seconds
 from .point import SESSIONS
+from .serve_scenario import serve
 from .st_onnx_peer import st_onnx_runners, start_st_onnx
 
 
@@ -322,4 +323,4 @@ def _seconds_in_fresh_python(code: str) -> float:
     return max(runs[1], 0.0)
 
 
-SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real}
+SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real, "serve": serve}

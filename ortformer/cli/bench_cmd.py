@@ -7,7 +7,7 @@ import click
 
 from .common import CliError, check_output, threads_option
 
-SCENARIO_NAMES = ("latency", "throughput", "long", "real")
+SCENARIO_NAMES = ("latency", "throughput", "long", "real", "serve")
 
 
 @click.command("bench")
@@ -20,9 +20,11 @@ SCENARIO_NAMES = ("latency", "throughput", "long", "real")
               help="Folder for bench.json and bench_long.png.")
 @click.option("--force", is_flag=True, help="Replace bench.json and bench_long.png from an earlier run.")
 @click.option("--setup-peers", is_flag=True,
-              help="Install sentence-transformers' ONNX backend (pinned, with the transformers<4.58 it needs) into "
-                   "the peers overlay beside the venv ($ORTFORMER_PEERS_OVERLAY, default <venv>/peers-overlay) "
-                   "and exit; the real scenario then times it.")
+              help="Install the peers and exit: sentence-transformers' ONNX backend (pinned, with the "
+                   "transformers<4.58 it needs) into the peers overlay beside the venv ($ORTFORMER_PEERS_OVERLAY, "
+                   "default <venv>/peers-overlay), which the real scenario times; and Infinity (infinity-emb, "
+                   "pinned) into a venv of its own ($ORTFORMER_INFINITY_VENV, default <venv>/peers-infinity), "
+                   "which the serve scenario load-tests beside `ortformer serve`.")
 def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
     """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
 
@@ -32,14 +34,18 @@ def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
       ortformer bench --scenario latency --scenario long --threads 2
       ortformer bench --setup-peers
       ortformer bench --scenario real
+      ortformer bench --scenario serve --threads 2
     """
     from ..errors import require_torch
 
     if setup_peers:
+        from ..bench.infinity_peer import setup_infinity
         from ..bench.overlay import setup_overlay
 
         folder = setup_overlay(log=lambda line: click.echo(line, err=True))
         click.echo(f"peers overlay ready at {folder}")
+        folder = setup_infinity(log=lambda line: click.echo(line, err=True))
+        click.echo(f"Infinity venv ready at {folder}")
         return
 
     # refused before minutes of measuring, not after
