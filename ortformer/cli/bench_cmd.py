@@ -7,7 +7,7 @@ import click
 
 from .common import CliError, check_output, threads_option
 
-SCENARIO_NAMES = ("latency", "throughput", "long", "real")
+SCENARIO_NAMES = ("latency", "throughput", "long", "real", "cpu-engines")
 
 
 @click.command("bench")
