@@ -20,9 +20,10 @@ SCENARIO_NAMES = ("latency", "throughput", "long", "real", "cpu-engines")
               help="Folder for bench.json and bench_long.png.")
 @click.option("--force", is_flag=True, help="Replace bench.json and bench_long.png from an earlier run.")
 @click.option("--setup-peers", is_flag=True,
-              help="Install sentence-transformers' ONNX backend (pinned, with the transformers<4.58 it needs) into "
-                   "the peers overlay beside the venv ($ORTFORMER_PEERS_OVERLAY, default <venv>/peers-overlay) "
-                   "and exit; the real scenario then times it.")
+              help="Install sentence-transformers' ONNX backend (pinned, with the transformers<4.58 it needs), "
+                   "OpenVINO with NNCF, and CTranslate2 into the peers overlay beside the venv "
+                   "($ORTFORMER_PEERS_OVERLAY, default <venv>/peers-overlay) and exit; the real and "
+                   "cpu-engines scenarios then time them.")
 def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
     """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
 
@@ -32,6 +33,7 @@ def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
       ortformer bench --scenario latency --scenario long --threads 2
       ortformer bench --setup-peers
       ortformer bench --scenario real
+      ortformer bench --scenario cpu-engines --threads 2
     """
     from ..errors import require_torch
 
