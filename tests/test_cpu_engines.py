@@ -129,3 +129,25 @@ def test_missing_engines_name_the_setup_command(monkeypatch, tmp_path):
     table = format_table({"quick": False, "scenarios": {"cpu-engines": {
         "seconds": 1.0, "rows": [], "targets": [], "unavailable": {"OpenVINO and CTranslate2": why}}}})
     assert f"OpenVINO and CTranslate2: not available here ({why})" in table
+
+
+def test_an_engine_running_ortformers_graph_gives_embed_texts_exactly(text_model):
+    """What each engine is fed is what Runtime.embed_texts runs: the same tokenizer, truncation and
+    padding, so with ortformer's own graph as the engine the two are equal (the batches themselves
+    are checked above: ortformer's results do not depend on them)."""
+    from ortformer.runtime import Runtime
+    from ortformer.text import TextEncoder
+
+    runtime = Runtime(text_model, "cpu", threads=1)
+
+    class OrtformerGraph(Engine):
+        def run(self, ids, mask):
+            return runtime.run(input_ids=ids, attention_mask=mask)["sentence_embedding"]
+
+    texts = sentences(40) + ["x " * 300]  # one past max_length: truncated the same way
+    engine = OrtformerGraph(TextEncoder(runtime.tokenizer_path(), runtime.text_lowercase), 64, threads=1)
+    with pytest.warns(Warning, match="truncated"):
+        got = engine.encode(texts)
+    with pytest.warns(Warning, match="truncated"):
+        want = runtime.embed_texts(texts, max_length=64)
+    np.testing.assert_array_equal(got, want)
