@@ -4,10 +4,11 @@ sentence-transformers' ONNX backend needs optimum-onnx, which needs transformers
 ortformer's own tests need transformers 5. So the pins in st_onnx_peer.txt go into a
 folder of their own (``pip install --no-deps --target``), and only the bench's worker
 process puts that folder in front of the venv (PYTHONPATH entries come before
-site-packages). torch, numpy and onnxruntime still come from the venv.
+site-packages). torch, numpy and onnxruntime still come from the venv. The pins of
+cpu_engines_peer.txt (OpenVINO, NNCF, CTranslate2) go into the same folder.
 
 The folder is ``<venv>/peers-overlay`` (sys.prefix), or $ORTFORMER_PEERS_OVERLAY.
-A stamp file holds the SHA-256 of the pins it was built from, so changed pins read
+A stamp file holds the SHA-256 of the pins files it was built from, so changed pins read
 as "stale" instead of running the old versions.
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from ..errors import OrtformerError
 
-PINS = Path(__file__).with_name("st_onnx_peer.txt")
+PINS_FILES = tuple(Path(__file__).with_name(name) for name in ("st_onnx_peer.txt", "cpu_engines_peer.txt"))
+PINS = PINS_FILES[0]
 ENV_VAR = "ORTFORMER_PEERS_OVERLAY"
 STAMP = ".pins-sha256"
 SETUP_COMMAND = "ortformer bench --setup-peers"
@@ -33,7 +35,7 @@ def overlay_dir() -> Path:
 
 
 def pins_digest() -> str:
-    return hashlib.sha256(PINS.read_bytes()).hexdigest()
+    return hashlib.sha256(b"".join(path.read_bytes() for path in PINS_FILES)).hexdigest()
 
 
 def overlay_problem(folder: Path | None = None) -> str | None:
@@ -49,8 +51,8 @@ def overlay_problem(folder: Path | None = None) -> str | None:
 
 
 def pinned() -> list[str]:
-    """The requirement lines of st_onnx_peer.txt."""
-    lines = (line.split("#")[0].strip() for line in PINS.read_text().splitlines())
+    """The requirement lines of every pins file."""
+    lines = (line.split("#")[0].strip() for path in PINS_FILES for line in path.read_text().splitlines())
     return [line for line in lines if line]
 
 
@@ -64,7 +66,7 @@ def setup_overlay(folder: Path | None = None, log=print) -> Path:
         # --no-deps: the rest (torch, numpy, onnxruntime-gpu) must stay the venv's; the pins name every
         # package whose venv version the pinned ones refuse
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                               "--target", str(staging), "-r", str(PINS)], capture_output=True, text=True)
+                               "--target", str(staging), *(arg for path in PINS_FILES for arg in ("-r", str(path)))], capture_output=True, text=True)
         if done.returncode != 0:
             raise OrtformerError(f"pip could not install the peers overlay (exit {done.returncode}): "
                                  f"{done.stderr.strip()[-1500:]}")
@@ -82,4 +84,4 @@ def setup_overlay(folder: Path | None = None, log=print) -> Path:
     return folder
 
 
-__all__ = ["overlay_dir", "overlay_problem", "setup_overlay", "pinned", "SETUP_COMMAND", "ENV_VAR", "PINS"]
+__all__ = ["overlay_dir", "overlay_problem", "setup_overlay", "pinned", "SETUP_COMMAND", "ENV_VAR", "PINS", "PINS_FILES"]

@@ -21,6 +21,7 @@ from ..models import build_encoder
 from ..parity import Case, make_inputs, row_cosines
 from ..runtime import Runtime
 from ..runtime.profile import profile_ops
+from .cpu_engines import cpu_engines
 from .measure import run_isolated, side_by_side
 from .peers import bert_peers, matmul_seconds
 from .point import SESSIONS
@@ -323,4 +324,5 @@ def _seconds_in_fresh_python(code: str) -> float:
     return max(runs[1], 0.0)
 
 
-SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real, "serve": serve}
+SCENARIOS = {"latency": latency, "throughput": throughput, "long": long_sequences, "real": real, "serve": serve,
+             "cpu-engines": cpu_engines}

@@ -7,7 +7,7 @@ import click
 
 from .common import CliError, check_output, threads_option
 
-SCENARIO_NAMES = ("latency", "throughput", "long", "real", "serve")
+SCENARIO_NAMES = ("latency", "throughput", "long", "real", "serve", "cpu-engines")
 
 
 @click.command("bench")
@@ -21,10 +21,11 @@ SCENARIO_NAMES = ("latency", "throughput", "long", "real", "serve")
 @click.option("--force", is_flag=True, help="Replace bench.json and bench_long.png from an earlier run.")
 @click.option("--setup-peers", is_flag=True,
               help="Install the peers and exit: sentence-transformers' ONNX backend (pinned, with the "
-                   "transformers<4.58 it needs) into the peers overlay beside the venv ($ORTFORMER_PEERS_OVERLAY, "
-                   "default <venv>/peers-overlay), which the real scenario times; and Infinity (infinity-emb, "
-                   "pinned) into a venv of its own ($ORTFORMER_INFINITY_VENV, default <venv>/peers-infinity), "
-                   "which the serve scenario load-tests beside `ortformer serve`.")
+                   "transformers<4.58 it needs), OpenVINO with NNCF, and CTranslate2 into the peers overlay beside "
+                   "the venv ($ORTFORMER_PEERS_OVERLAY, default <venv>/peers-overlay), which the real and "
+                   "cpu-engines scenarios time; and Infinity (infinity-emb, pinned) into a venv of its own "
+                   "($ORTFORMER_INFINITY_VENV, default <venv>/peers-infinity), which the serve scenario "
+                   "load-tests beside `ortformer serve`.")
 def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
     """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
 
@@ -35,6 +36,7 @@ def bench(scenarios, quick, threads, iterations, out_dir, force, setup_peers):
       ortformer bench --setup-peers
       ortformer bench --scenario real
       ortformer bench --scenario serve --threads 2
+      ortformer bench --scenario cpu-engines --threads 2
     """
     from ..errors import require_torch
 
