@@ -77,3 +77,8 @@ def run_isolated(module: str, args: list[str], timeout: float) -> dict:
         reason = "killed (out of memory?)" if done.returncode < 0 else tail
         return {"status": f"failed: {reason}"}
     return {"status": "ok", **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def target(name: str, wanted: str, measured: float, met: bool, unit: str = "") -> dict:
+    """One row of a scenario's targets: what was wanted, what was measured, whether it was met."""
+    return {"name": name, "target": wanted, "measured": round(float(measured), 4), "unit": unit, "met": bool(met)}

@@ -22,15 +22,11 @@ from ..parity import Case, make_inputs, row_cosines
 from ..runtime import Runtime
 from ..runtime.profile import profile_ops
 from .cpu_engines import cpu_engines
-from .measure import run_isolated, side_by_side
+from .measure import run_isolated, side_by_side, target
 from .peers import bert_peers, matmul_seconds
 from .point import SESSIONS
 from .serve_scenario import serve
 from .st_onnx_peer import st_onnx_runners, start_st_onnx
-
-
-def _target(name: str, target: str, measured: float, met: bool, unit: str = "") -> dict:
-    return {"name": name, "target": target, "measured": round(float(measured), 4), "unit": unit, "met": bool(met)}
 
 
 def _token_feeds(cfg, batch: int, n: int) -> dict[str, np.ndarray]:
@@ -92,7 +88,7 @@ def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
             "float32_session_settings": sessions, "peers": peers,
             # against what a user would pick instead and against the hardware, not against our own eager
             "targets": _peer_targets(peers, cfg.name) + [
-        _target(f"int8 vs ortformer float32, {cfg.name}, batch 1, seq {n}", ">= 1.6x", speed["ort_int8"] / speed["ort_float32"],
+        target(f"int8 vs ortformer float32, {cfg.name}, batch 1, seq {n}", ">= 1.6x", speed["ort_int8"] / speed["ort_float32"],
                 speed["ort_int8"] / speed["ort_float32"] >= 1.6, "x"),
     ]}
 
@@ -100,9 +96,9 @@ def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
 def _peer_targets(peers: dict, name: str) -> list[dict]:
     row = {r["contender"]: r for r in peers["rows"]}["ortformer_float32"]
     where = f"{name}, batch {peers['batch']}, seq {peers['sequence']}"
-    return [_target(f"float32 vs best peer ({peers['best_peer']}), {where}", ">= 1.0x", row["vs_best_peer"],
+    return [target(f"float32 vs best peer ({peers['best_peer']}), {where}", ">= 1.0x", row["vs_best_peer"],
                     row["vs_best_peer"] >= 1.0, "x"),
-            _target(f"float32 share of onnxruntime MatMul ceiling, {where}", ">= 80%", 100 * row["share_of_ceiling"],
+            target(f"float32 share of onnxruntime MatMul ceiling, {where}", ">= 80%", 100 * row["share_of_ceiling"],
                     row["share_of_ceiling"] >= 0.8, "%")]
 
 
@@ -174,15 +170,15 @@ def long_sequences(workdir: Path, threads: int, quick: bool, iterations: int) ->
         r16, r1, r131 = ok.get(("linear", 16384)), ok.get(("linear", 1024)), ok.get(("linear", 131072))
         r1m = ok.get(("linear", 1048576))
         targets = [
-            _target("linear, seq 16,384: peak RSS", "<= 1024 MB", r16["peak_rss_mb"] if r16 else float("nan"),
+            target("linear, seq 16,384: peak RSS", "<= 1024 MB", r16["peak_rss_mb"] if r16 else float("nan"),
                     bool(r16) and r16["peak_rss_mb"] <= 1024, "MB"),
-            _target("linear, time(16,384) / time(1,024)", "<= 20", r16["seconds"] / r1["seconds"] if r16 and r1 else float("nan"),
+            target("linear, time(16,384) / time(1,024)", "<= 20", r16["seconds"] / r1["seconds"] if r16 and r1 else float("nan"),
                     bool(r16 and r1) and r16["seconds"] / r1["seconds"] <= 20, "x"),
-            _target("linear, seq 131,072 completes: peak RSS", "< 8192 MB", r131["peak_rss_mb"] if r131 else float("nan"),
+            target("linear, seq 131,072 completes: peak RSS", "< 8192 MB", r131["peak_rss_mb"] if r131 else float("nan"),
                     bool(r131) and r131["peak_rss_mb"] < 8192, "MB"),
-            _target("linear (chunked), seq 1,048,576: peak RSS", "< 2048 MB", r1m["peak_rss_mb"] if r1m else float("nan"),
+            target("linear (chunked), seq 1,048,576: peak RSS", "< 2048 MB", r1m["peak_rss_mb"] if r1m else float("nan"),
                     bool(r1m) and r1m["peak_rss_mb"] < 2048, "MB"),
-            _target("linear (chunked), time(1,048,576) / time(131,072)", "<= 9",
+            target("linear (chunked), time(1,048,576) / time(131,072)", "<= 9",
                     r1m["seconds"] / r131["seconds"] if r1m and r131 else float("nan"),
                     bool(r1m and r131) and r1m["seconds"] / r131["seconds"] <= 9, "x"),
         ]
@@ -244,21 +240,21 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
                      for k, v in stats.items()],
             "best_peer": best, "unavailable": {"sentence-transformers ONNX backend": st_onnx_missing} if st_onnx_missing else {},
             "targets": [
-                _target(f"embeddings/s vs best peer ({best})", ">= 2x", rate["ortformer"] / rate[best],
+                target(f"embeddings/s vs best peer ({best})", ">= 2x", rate["ortformer"] / rate[best],
                         rate["ortformer"] / rate[best] >= 2, "x"),
-                _target("embeddings/s vs sentence-transformers", ">= 2x", rate["ortformer"] / rate["sentence_transformers"],
+                target("embeddings/s vs sentence-transformers", ">= 2x", rate["ortformer"] / rate["sentence_transformers"],
                         rate["ortformer"] / rate["sentence_transformers"] >= 2, "x"),
-                _target("int8 embeddings/s vs ortformer float32", ">= 1.5x", rate["ortformer_int8"] / rate["ortformer"],
+                target("int8 embeddings/s vs ortformer float32", ">= 1.5x", rate["ortformer_int8"] / rate["ortformer"],
                         rate["ortformer_int8"] / rate["ortformer"] >= 1.5, "x"),
-                _target("int8 embeddings/s vs sentence-transformers", ">= 3x",
+                target("int8 embeddings/s vs sentence-transformers", ">= 3x",
                         rate["ortformer_int8"] / rate["sentence_transformers"],
                         rate["ortformer_int8"] / rate["sentence_transformers"] >= 3, "x"),
-                _target("int8 sentence cosine to sentence-transformers, min", ">= 0.99",
+                target("int8 sentence cosine to sentence-transformers, min", ">= 0.99",
                         cosines["ortformer_int8"].min(), cosines["ortformer_int8"].min() >= 0.99),
-                _target("int8 sentence cosine to sentence-transformers, median", ">= 0.998",
+                target("int8 sentence cosine to sentence-transformers, median", ">= 0.998",
                         np.median(cosines["ortformer_int8"]), np.median(cosines["ortformer_int8"]) >= 0.998),
-                _target("import ortformer.runtime", "< 0.3 s", import_s, import_s < 0.3, "s"),
-                _target("create a Runtime for all-MiniLM-L6-v2", "< 1 s", create_s, create_s < 1, "s"),
+                target("import ortformer.runtime", "< 0.3 s", import_s, import_s < 0.3, "s"),
+                target("create a Runtime for all-MiniLM-L6-v2", "< 1 s", create_s, create_s < 1, "s"),
                 family["target"],
             ]}
 
@@ -311,7 +307,7 @@ def _family(workdir: Path, minilm: Path, texts: list[str], threads: int, iterati
     return {"family": "roberta", "weights": FAMILY_NOTE, "sentences": len(texts),
             "min_cosine_vs_reference": float(cosine.min()),
             "rows": [{"contender": k, "median_s": v["median_s"], "embeddings_per_s": rate[k]} for k, v in stats.items()],
-            "target": _target("roberta (6 x 768) embeddings/s vs sentence-transformers", ">= 2x", ratio, ratio >= 2, "x")}
+            "target": target("roberta (6 x 768) embeddings/s vs sentence-transformers", ">= 2x", ratio, ratio >= 2, "x")}
 
 
 def _seconds_in_fresh_python(code: str) -> float:

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import OrtformerError
 from .infinity_peer import ENGINES, infinity_command, infinity_problem, peer_env, prepare_optimum_model
 from .load import LoadPlan, load
+from .measure import target
 from .servers import HOST, ServerProcess, free_port
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -180,7 +181,6 @@ def serve(workdir: Path, threads: int, quick: bool, iterations: int, engines=ENG
         for server in servers.values():
             server.stop()
     compared = ratios(rows)
-    from .scenarios import _target  # noqa: PLC0415 - scenarios imports this module
 
     targets = []
     for c in settings["concurrencies"]:
@@ -188,10 +188,10 @@ def serve(workdir: Path, threads: int, quick: bool, iterations: int, engines=ENG
         if not peers:
             continue
         best = min(peers, key=lambda r: r["rps_ratio"])  # the fastest peer gives the smallest ratio
-        targets.append(_target(f"serve rps vs {best['peer']}, {c} clients", ">= 1.5x", best["rps_ratio"],
+        targets.append(target(f"serve rps vs {best['peer']}, {c} clients", ">= 1.5x", best["rps_ratio"],
                                best["rps_ratio"] >= 1.5, "x"))
         if best["p99_ratio"] is not None:
-            targets.append(_target(f"serve p99 vs {best['peer']}, {c} clients", "<= 1.0x", best["p99_ratio"],
+            targets.append(target(f"serve p99 vs {best['peer']}, {c} clients", "<= 1.0x", best["p99_ratio"],
                                    best["p99_ratio"] <= 1.0, "x"))
     load_avg = os.getloadavg()
     return {"model": MODEL_NAME, "texts": len(texts), "tokens_per_text_mean": float(np.mean(tokens)),
