@@ -14,6 +14,7 @@ from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, DENSE_ACTIVA
                       POSITION_IDS, POSITIONS, PRESETS, EncoderConfig, preset)
 from ..errors import ConfigError
 from ..parity import GATES, format_report
+from ..runtime.providers import VERIFY_PROVIDERS
 from .common import CliError, check_output, echo_json, human_size
 
 # CLI flag -> EncoderConfig field, for the explicit-architecture flags
@@ -374,8 +375,10 @@ def export_command(preset_name, config_file, from_path, revision, cache_dir, tok
                    "parity grid against.")
 @hub_options("--against")
 @click.option("--seed", type=int, default=None, help="Seed for a random-init config (default: the one recorded).")
+@click.option("--provider", type=click.Choice(VERIFY_PROVIDERS), default="cpu", show_default=True,
+              help="Run the grid on onnxruntime's CPU provider or on the OpenVINO runtime (float32).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def check_command(model, against, revision, cache_dir, seed, as_json):
+def check_command(model, against, revision, cache_dir, seed, provider, as_json):
     """Re-check a model file: onnx.checker, metadata and contract, and the parity grid again.
 
     With --against a folder or checkpoint that has a tokenizer, the file must also read texts
@@ -386,6 +389,7 @@ def check_command(model, against, revision, cache_dir, seed, as_json):
     Examples:
       ortformer check tiny.onnx
       ortformer check minilm.onnx --against ./all-MiniLM-L6-v2
+      ortformer check tiny.onnx --provider openvino
     """
     from ..errors import require_torch
 
@@ -399,7 +403,8 @@ def check_command(model, against, revision, cache_dir, seed, as_json):
         if not as_json:
             click.echo(f"[{next(steps)}] {message} ...", err=True)
 
-    result = verify(model, against=against, seed=seed, progress=progress, revision=revision, cache_dir=cache_dir)
+    result = verify(model, against=against, seed=seed, progress=progress, revision=revision, cache_dir=cache_dir,
+                    provider=provider)
     if as_json:
         echo_json(result)
         return

@@ -14,7 +14,8 @@ import numpy as np
 from .. import contract
 from ..parity import GATES, format_report
 from ..errors import InputError
-from ..runtime import PROVIDERS, ProviderFallbackWarning, Runtime
+from ..runtime import ProviderFallbackWarning, Runtime
+from ..runtime.providers import RUNTIME_PROVIDERS
 from ..fsutil import reserve
 from ..runtime.validate import as_array
 from .common import (CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime,
@@ -231,7 +232,8 @@ def _jsonable(result):
                    "for --tensor token_embeddings and sparse, default document.")
 @click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
                                     "default: the model's default prompt; '' for none.")
-@click.option("--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True)
+@click.option("--provider", type=click.Choice(RUNTIME_PROVIDERS), default="auto", show_default=True,
+              help="openvino: the OpenVINO runtime in float32 (the openvino extra).")
 @click.option("--allow-fallback", is_flag=True, help="Run on CPU (with a warning) when --provider cuda cannot load.")
 @click.option("--device-id", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
 @threads_option("onnxruntime intra-op threads (default: one per core).")

@@ -14,7 +14,7 @@ import onnxruntime as ort
 
 from .. import contract
 from ..config import EncoderConfig
-from ..errors import ConfigError, ModelFileError, ParityError
+from ..errors import ConfigError, ModelFileError, ParityError, ProviderError
 from ..int8_kernels import open_session
 from ..models import Encoder, Loaded, build_encoder, load_any
 from ..modelfile import ModelFile, check_weights, read_model_file, tokenizer_path
@@ -22,6 +22,8 @@ from ..text import check_tokenizer
 from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
 from ..parity import GATES, failed_cases, run_parity
+from ..runtime.openvino_session import OpenVINOSession, int8_refused
+from ..runtime.providers import VERIFY_PROVIDERS, usable_cores
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
 
@@ -107,14 +109,19 @@ def file_dtype(model_file: ModelFile) -> str:
 
 
 def verify(path, against=None, seed: int | None = None, progress=None, revision: str | None = None,
-           cache_dir=None) -> dict:
+           cache_dir=None, provider: str = "cpu") -> dict:
     """Return {"path", "config", "source", "checker": "ok", "weights": "ok" | "not recorded",
     "parity": report or None, "reference"}; the weights are hashed against the export's digest.
     ``against`` may be a hub id (org/name), fetched at ``revision`` into the hub cache (load_any).
+    ``provider``: "cpu" (onnxruntime) or "openvino" (the OpenVINO runtime in float32, which
+    meets the same gate: runtime/openvino_session.py).
 
     Raises ModelFileError / ExportError for an invalid file, ParityError when the
     rerun grid fails the gate.
     """
+    if provider not in VERIFY_PROVIDERS:
+        raise ProviderError(f"provider={provider!r} cannot rerun the parity grid; choose one of "
+                            f"{', '.join(VERIFY_PROVIDERS)}")
     step = progress or (lambda message: None)
     step("reading the file and its metadata")
     model_file = read_model_file(path)
@@ -140,8 +147,13 @@ def verify(path, against=None, seed: int | None = None, progress=None, revision:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     dtype = file_dtype(model_file)
-    session = open_session(model_file.path, options, ["CPUExecutionProvider"],
-                           int8=contract.META_INT8 in model_file.metadata)
+    int8 = contract.META_INT8 in model_file.metadata
+    if provider == "openvino":
+        if int8:
+            raise int8_refused(model_file.path)
+        session = OpenVINOSession(model_file.path, usable_cores())
+    else:
+        session = open_session(model_file.path, options, ["CPUExecutionProvider"], int8=int8)
     report = run_parity(session, eager_runner(reference), model_file.config, dtype)
     if tokenizer is not None and compared_output(model_file.config) is not None:
         step("real sentences against the reference")  # recorded as at export, not gated

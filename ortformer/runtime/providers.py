@@ -16,11 +16,17 @@ import onnxruntime as ort
 
 from ..checks import check_int
 from ..errors import ProviderError
+from .openvino_session import OPENVINO_EP
 
+# onnxruntime's providers (what profile, serve and "auto" choose among)
 PROVIDERS = ("auto", "cpu", "cuda")
+# Runtime also runs a file on the OpenVINO runtime, only when asked by name (runtime/openvino_session.py)
+RUNTIME_PROVIDERS = (*PROVIDERS, "openvino")
+# where `ortformer check` reruns the parity grid (CUDA has its own script: docs/gpu.md)
+VERIFY_PROVIDERS = ("cpu", "openvino")
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
-SHORT_NAMES = {CPU_EP: "cpu", CUDA_EP: "cuda"}
+SHORT_NAMES = {CPU_EP: "cpu", CUDA_EP: "cuda", OPENVINO_EP: "openvino"}
 
 # device ids on which CUDA failed to load in this process: "auto" skips them, so a
 # GPU build on a GPU-less machine tries (and logs the failure) once, not per Runtime.
@@ -39,8 +45,8 @@ def usable_cores() -> int:
 
 
 def check_request(provider: str, device_id: int, threads: int | None) -> None:
-    if provider not in PROVIDERS:
-        raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+    if provider not in RUNTIME_PROVIDERS:
+        raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(RUNTIME_PROVIDERS)}")
     check_int("device_id", device_id, low=0, error=ProviderError, why=" (a CUDA device index)")
     if threads is not None:
         limit = THREADS_PER_CORE * usable_cores()
@@ -138,5 +144,5 @@ def _cuda_library_error() -> str | None:
 
 
 def short_name(session: ort.InferenceSession) -> str:
-    """'cuda' or 'cpu': the provider that actually runs the graph (the first one listed)."""
+    """'cuda', 'cpu' or 'openvino': the provider that actually runs the graph (the first one listed)."""
     return SHORT_NAMES.get(session.get_providers()[0], session.get_providers()[0])

@@ -26,6 +26,7 @@ from .batching import length_batches, pad
 from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
+from .openvino_session import OpenVINOSession, int8_refused
 from .optimize import optimized_for_cpu
 from .validate import InputSpec, as_array, check_inputs
 
@@ -57,7 +58,9 @@ class TextUnavailableWarning(RuntimeWarning):
 class Runtime:
     """Serve an ortformer ONNX model: `Runtime("model.onnx").run(input_ids=[[1, 2, 3]])`.
 
-    provider: "cpu", "cuda", or "auto" (CUDA when it really loads, else CPU, silently).
+    provider: "cpu", "cuda", or "auto" (CUDA when it really loads, else CPU, silently);
+    "openvino" runs the same file on the OpenVINO runtime's CPU plugin in float32
+    (runtime/openvino_session.py; the `openvino` extra), never chosen by "auto".
     "cuda" that cannot load raises ProviderError, or with allow_fallback=True warns
     (ProviderFallbackWarning) and runs on CPU; `provider` then says "cpu".
     threads: intra-op threads (None = onnxruntime's default, one per core).
@@ -92,6 +95,8 @@ class Runtime:
         self.source: str = self.model_file.source
         # int8 weights are made unsigned at session start where this CPU's u8 x s8 GEMM saturates
         self._int8: bool = contract.META_INT8 in self.metadata
+        if provider == "openvino":
+            self._openvino_runnable(session_options)
         if self._int8 and provider != "cpu":
             provider = self._int8_on_cpu(provider, allow_fallback)
 
@@ -107,9 +112,12 @@ class Runtime:
         # 0 = onnxruntime's default (one thread per physical core); for embed's token
         # budget the cores this process may run on stand in for it (logical ones with SMT)
         self.threads: int = options.intra_op_num_threads or _usable_cores()
-        self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
+        if provider == "openvino":
+            self._session, cuda_error = OpenVINOSession(self.path, self.threads), None
+        else:
+            self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
         self.provider: str = providers.short_name(self._session)
-        if provider != "cpu" and self.provider != "cuda":
+        if provider in ("auto", "cuda") and self.provider != "cuda":
             providers.remember_cuda_failure(device_id)
         if provider == "cuda" and self.provider != "cuda":
             reason = cuda_error or providers.cuda_failure_reason(device_id)
@@ -140,6 +148,14 @@ class Runtime:
             # give arena chunks no longer in use back to the device after each run: with
             # kSameAsRequested growth this bounds GPU memory by the largest live call
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{device_id}")
+
+    def _openvino_runnable(self, session_options) -> None:
+        """Refuse, before anything opens, what the OpenVINO runtime cannot run."""
+        if self._int8:
+            raise int8_refused(self.path)
+        if session_options is not None:
+            raise ProviderError("session_options are onnxruntime's and do not apply to provider='openvino' "
+                                "(it takes threads only); use provider='cpu' with session_options")
 
     def _int8_on_cpu(self, provider: str, allow_fallback: bool) -> str:
         """"cpu" for an int8 file: onnxruntime has CUDA kernels for neither MatMulIntegerToFloat
@@ -379,6 +395,11 @@ class Runtime:
         """The chunk-stage sessions (made on first use), or None for a model without them."""
         if self._payload is None:
             return None
+        if self.provider == "openvino":
+            # the chunk stages carry state between onnxruntime sessions (runtime/chunked.py)
+            raise ProviderError(f"a sequence longer than chunk_size={self.chunk_size}, and stream(), run chunk by "
+                                "chunk on onnxruntime sessions, which provider='openvino' does not; use "
+                                f"provider='cpu', or inputs of at most {self.chunk_size} tokens")
         with self._runner_lock:
             if self._runner is None:
                 stages = (providers.provider_list("cuda", self.device_id) if self.provider == "cuda"
@@ -465,7 +486,7 @@ class Runtime:
         """
         name = self.select_output(output)
         check_int("batch_size", batch_size)
-        if max_tokens is None and self.provider == "cpu":
+        if max_tokens is None and self.provider != "cuda":  # cpu and openvino: the CPU's budget
             max_tokens = CPU_TOKENS_PER_THREAD * self.threads
         elif max_tokens is not None:
             check_int("max_tokens", max_tokens, why=" (or None for the default)")

@@ -87,6 +87,15 @@ def test_int8_files_run_on_the_cpu_provider_only(int8_file, monkeypatch):
         assert Runtime(int8_file, "cuda", allow_fallback=True).provider == "cpu"
 
 
+def test_provider_openvino_refuses_an_int8_file(int8_file):
+    """Its MatMulIntegerToFloat and per-row QuantizeLinear are onnxruntime's CPU kernels:
+    refused before the OpenVINO runtime is imported, by Runtime and by `check`."""
+    with pytest.raises(ProviderError, match="int8 file, whose .* onnxruntime's CPU kernels; use provider='cpu'"):
+        Runtime(int8_file, "openvino")
+    result = CliRunner().invoke(cli, ["check", str(int8_file), "--provider", "openvino"])
+    assert result.exit_code == 1 and "int8 file" in result.stderr.strip().splitlines()[-1], result.output
+
+
 def test_a_row_embeds_the_same_alone_and_in_a_large_mixed_batch(int8_file):
     runtime = Runtime(int8_file, "cpu")
     vocab = runtime.config.vocab_size

@@ -111,7 +111,7 @@ def test_session_options_bound_memory_and_set_threads(tokens_model):
 @pytest.mark.parametrize(
     "kwargs, error, fragment",
     [
-        ({"provider": "tpu"}, ProviderError, "choose one of auto, cpu, cuda"),
+        ({"provider": "tpu"}, ProviderError, "choose one of auto, cpu, cuda, openvino"),
         ({"device_id": -1}, ProviderError, "device_id=-1"),
         ({"threads": 0}, InputError, "threads=0"),
     ],
