@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from ..runtime.batching import length_batches, pad
 from ..runtime.session import CPU_TOKENS_PER_THREAD
-from .st_onnx_worker import BATCH_SIZE, serve
+from .st_onnx_worker import BATCH_SIZE, run_worker
 
 # OpenVINO's latency hint: one stream on all INFERENCE_NUM_THREADS threads, as ortformer's one
 # session runs one batch at a time on its intra-op threads
@@ -172,22 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, required=True)
     parser.add_argument("--lowercase", action="store_true", help="as the Runtime's text_lowercase")
     args = parser.parse_args(argv)
-    # the protocol owns the real stdout; anything a library prints goes to stderr (the bench's log)
-    tx = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        import torch
-
-        torch.set_num_threads(args.threads)  # CTranslate2's converter loads the model in torch
-        texts = json.loads(args.texts.read_text(encoding="utf-8"))
-        engines = load_engines(args)
-    except Exception as error:
-        tx.write("error " + f"{type(error).__name__}: {error}".replace("\n", " ")[:1000] + "\n")
-        tx.flush()
-        raise
-    serve(engines, texts, sys.stdin, tx)
-    return 0
+    return run_worker(lambda: load_engines(args), args.texts, args.threads)  # CTranslate2's converter uses torch
 
 
 if __name__ == "__main__":

@@ -158,21 +158,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--texts", type=Path, required=True, help="a JSON list of strings")
     args = parser.parse_args(argv)
-    # the protocol owns the real stdout; anything a library prints goes to stderr (the bench's log)
+    return run_worker(lambda: load_models(args.folder, args.workdir, args.threads), args.texts, args.threads)
+
+
+def run_worker(load, texts_path: Path, threads: int) -> int:
+    """A worker's life: the protocol takes the real stdout (what a library prints goes to stderr,
+    the bench's log), torch gets ``threads`` (the export or a converter runs in it), ``load()``
+    builds the runners, and requests are answered until stdin ends; a failure to start is sent
+    as one "error ..." line before it is raised."""
     tx = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
         import torch
 
-        torch.set_num_threads(args.threads)  # the export runs in torch
-        texts = json.loads(args.texts.read_text(encoding="utf-8"))
-        models = load_models(args.folder, args.workdir, args.threads)
+        torch.set_num_threads(threads)
+        texts = json.loads(texts_path.read_text(encoding="utf-8"))
+        runners = load()
     except Exception as error:
         tx.write("error " + f"{type(error).__name__}: {error}".replace("\n", " ")[:1000] + "\n")
         tx.flush()
         raise
-    serve(models, texts, sys.stdin, tx)
+    serve(runners, texts, sys.stdin, tx)
     return 0
 
 
