@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import OrtformerError
-from .overlay import SETUP_COMMAND
+from .overlay import SETUP_COMMAND, STAMP, build_staged
 
 PINS = Path(__file__).with_name("infinity_peer.txt")
 LAUNCHER = Path(__file__).with_name("infinity_launch.py")
 PREPARE = Path(__file__).with_name("infinity_prepare.py")
 ENV_VAR = "ORTFORMER_INFINITY_VENV"
-STAMP = ".pins-sha256"
 ENGINES = ("optimum", "torch")
 
 
@@ -66,10 +63,11 @@ def infinity_problem(folder: Path | None = None) -> str | None:
 def setup_infinity(folder: Path | None = None, log=print) -> Path:
     """A fresh venv with the pins at ``folder`` (an older one is replaced only once the new one works)."""
     folder = folder or venv_dir()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        log(f"installing {', '.join(pinned())} into a venv at {folder} (a few minutes) ...")
+    log(f"installing {', '.join(pinned())} into a venv at {folder} (a few minutes) ...")
+
+    def install(staging: Path) -> None:
+        # the venv only runs through bin/python (a link to the base interpreter) with `-m` or a
+        # script path, never through its console scripts, whose first lines name the staging path
         steps = [[sys.executable, "-m", "venv", "--clear", str(staging)],
                  [str(venv_python(staging)), "-m", "pip", "install", "--quiet", "--no-compile", "-r", str(PINS)],
                  [str(venv_python(staging)), "-c", "import infinity_emb.cli, optimum.onnxruntime, onnxruntime, torch"]]
@@ -78,18 +76,8 @@ def setup_infinity(folder: Path | None = None, log=print) -> Path:
             if done.returncode != 0:
                 raise OrtformerError(f"the Infinity venv could not be set up (`{' '.join(argv[-3:])}` exited "
                                      f"{done.returncode}): {done.stderr.strip()[-1500:]}")
-        (staging / STAMP).write_text(pins_digest() + "\n")
-        old = folder.with_name(f".{folder.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            folder.rename(old)
-        # the venv only runs through bin/python (a link to the base interpreter) with `-m` or a
-        # script path, never through its console scripts, whose first lines name the staging path
-        staging.rename(folder)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+
+    return build_staged(folder, install, pins_digest())
 
 
 def peer_env(workdir: Path) -> dict:

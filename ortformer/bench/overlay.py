@@ -56,32 +56,41 @@ def pinned() -> list[str]:
     return [line for line in lines if line]
 
 
-def setup_overlay(folder: Path | None = None, log=print) -> Path:
-    """Install the pins into ``folder`` (replacing an older overlay only once the new one is complete)."""
-    folder = folder or overlay_dir()
+def build_staged(folder: Path, build, digest: str) -> Path:
+    """``build(staging)`` into a temporary folder beside ``folder``, stamped with ``digest``; it
+    replaces ``folder`` only once complete, so a failed or cut-short install leaves the old one."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        log(f"installing {', '.join(pinned())} into {folder} ...")
-        # --no-deps: the rest (torch, numpy, onnxruntime-gpu) must stay the venv's; the pins name every
-        # package whose venv version the pinned ones refuse
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                               "--target", str(staging), *(arg for path in PINS_FILES for arg in ("-r", str(path)))], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise OrtformerError(f"pip could not install the peers overlay (exit {done.returncode}): "
-                                 f"{done.stderr.strip()[-1500:]}")
-        (staging / STAMP).write_text(pins_digest() + "\n")
+        build(staging)
+        (staging / STAMP).write_text(digest + "\n")
+        old = folder.with_name(f".{folder.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
         if folder.exists():
-            old = folder.with_name(f".{folder.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
             folder.rename(old)
-            staging.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(folder)
+        staging.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def setup_overlay(folder: Path | None = None, log=print) -> Path:
+    """Install the pins into ``folder`` (replacing an older overlay only once the new one is complete)."""
+    folder = folder or overlay_dir()
+    log(f"installing {', '.join(pinned())} into {folder} ...")
+
+    def install(staging: Path) -> None:
+        # --no-deps: the rest (torch, numpy, onnxruntime-gpu) must stay the venv's; the pins name every
+        # package whose venv version the pinned ones refuse
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                               "--target", str(staging), *(arg for path in PINS_FILES for arg in ("-r", str(path)))],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise OrtformerError(f"pip could not install the peers overlay (exit {done.returncode}): "
+                                 f"{done.stderr.strip()[-1500:]}")
+
+    return build_staged(folder, install, pins_digest())
 
 
 __all__ = ["overlay_dir", "overlay_problem", "setup_overlay", "pinned", "SETUP_COMMAND", "ENV_VAR", "PINS", "PINS_FILES"]
