@@ -88,9 +88,9 @@ def lexical_weights(ids: np.ndarray, weights: np.ndarray, skip: Sequence[int]) -
 
 
 def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 32,
-               max_tokens: int | None = None, max_length: int | None = None) -> dict[str, list]:
+               max_tokens: int | None = None, max_length: int | None = None) -> dict:
     """The per-text results of ``outputs`` (token_embeddings: (n_kept, D) float32 arrays; sparse:
-    {id: weight} dicts; sentence_embedding: (S,) rows) for ``kind`` texts."""
+    {id: weight} dicts; a pooled output (sentence_embedding, logits): one (n, S) array) for ``kind`` texts."""
     if kind not in KINDS:
         raise InputError(f"kind={kind!r} is not valid; choose one of {', '.join(map(repr, KINDS))}")
     missing = [name for name in outputs if name not in runtime.output_names]
@@ -108,13 +108,17 @@ def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 
     if max_tokens is not None:
         check_int("max_tokens", max_tokens, why=" (or None for no cap)")
     raw = run_prepared(runtime, ids, attention, outputs, batch_size, max_tokens)
+    shapes = contract.output_shapes(runtime.config)
     result = {}
     for name in outputs:
         if name == contract.TOKEN_EMBEDDINGS:
             result[name] = [vectors[kept] for vectors, kept in zip(raw[name], keep)]
         elif name == contract.SPARSE:
             result[name] = [lexical_weights(i, w, late.sparse_skip) for i, w in zip(ids, raw[name])]
-        else:  # sentence_embedding, logits, last_hidden_state: as the graph gives them
+        elif shapes[name][1] != contract.SEQUENCE_AXIS:  # pooled (sentence_embedding, logits): (n, S), as embed gives it
+            rows = raw[name]
+            result[name] = np.stack(rows) if rows else np.zeros((0, shapes[name][-1]), np.float32)
+        else:  # last_hidden_state: (n_i, F) per text
             result[name] = raw[name]
     return result
 
@@ -123,12 +127,7 @@ def embed_all(runtime, texts, kind: str, batch_size: int, max_tokens: int | None
     """sentence_embedding (n, S), token_embeddings and sparse, those the model has, from one run per batch."""
     names = [n for n in (contract.SENTENCE_EMBEDDING, contract.TOKEN_EMBEDDINGS, contract.SPARSE)
              if n in runtime.output_names]
-    result = embed_late(runtime, texts, kind, names, batch_size, max_tokens, max_length)
-    if contract.SENTENCE_EMBEDDING in result:
-        rows = result[contract.SENTENCE_EMBEDDING]
-        width = runtime.config.sentence_size
-        result[contract.SENTENCE_EMBEDDING] = np.stack(rows) if rows else np.zeros((0, width), np.float32)
-    return result
+    return embed_late(runtime, texts, kind, names, batch_size, max_tokens, max_length)
 
 
 def maxsim(query, documents) -> np.ndarray:

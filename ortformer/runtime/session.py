@@ -293,10 +293,7 @@ class Runtime:
                 raise InputError("pairs join two texts for a cross-encoder; late interaction embeds each text "
                                  "alone (kind='query' or 'document')")
             name = output or contract.TOKEN_EMBEDDINGS
-            rows = embed_late(self, texts, kind or "document", [name], batch_size, max_tokens, max_length)[name]
-            shape = contract.output_shapes(self.config)[name]  # a pooled output as embed gives it: (n, S)
-            return rows if shape[1] == contract.SEQUENCE_AXIS else np.stack(rows) if rows else \
-                np.zeros((0, shape[-1]), np.float32)
+            return embed_late(self, texts, kind or "document", [name], batch_size, max_tokens, max_length)[name]
         encoder = self._text_encoder_checked()
         length = self.text_max_length if max_length is None else max_length
         special = encoder.num_special_tokens if pairs is None else encoder.num_pair_special_tokens
