@@ -6,6 +6,8 @@ load torch on first use.
 from __future__ import annotations
 
 from .config import PRESETS, EncoderConfig, preset
+from .config_groups import (Classifier, Convolution, Disentangled, LocalAttention, RelativeAttention, SentenceDense,
+                            TokenDense)
 from .errors import (
     CheckpointError,
     ConfigError,
@@ -24,6 +26,8 @@ from ._version import __version__
 
 __all__ = [
     "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
+    # EncoderConfig's optional groups (config_groups.py)
+    "Classifier", "Convolution", "Disentangled", "LocalAttention", "RelativeAttention", "SentenceDense", "TokenDense",
     "OrtformerError", "ConfigError", "CheckpointError", "ExportError", "ParityError",
     "ModelFileError", "OutputError", "InputError", "ProviderError", "MissingExtraError", "ListenError",
 ]

@@ -1,5 +1,10 @@
 """EncoderConfig: the one description of a model that travels from CLI flags to
-the ONNX metadata and back into the runtime. Torch-free on purpose."""
+the ONNX metadata and back into the runtime. Torch-free on purpose.
+
+A variant that only some models have (a classifier head, a convolution, relative or disentangled
+attention, local windows, the sentence and token Dense heads) is an optional group, None when off
+(config_groups.py). Format 2 writes the groups as nested objects; format 1, the flat layout of
+earlier releases, is still read (config_format1.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +13,18 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import config_format1
+from .config_groups import (CLASSIFIER_DENSE, DENSE_ACTIVATIONS, DISENTANGLED_PROJECTIONS, GROUPS, Classifier,
+                            Convolution, Disentangled, LocalAttention, RelativeAttention, SentenceDense, TokenDense,
+                            check_types, group_from_dict)
 from .errors import ConfigError
 
-CONFIG_FORMAT = 1  # bump when a field changes meaning; from_json refuses others
+__all__ = ["CONFIG_FORMAT", "EncoderConfig", "Classifier", "Convolution", "Disentangled", "LocalAttention",
+           "RelativeAttention", "SentenceDense", "TokenDense", "CLASSIFIER_DENSE", "DENSE_ACTIVATIONS",
+           "DISENTANGLED_PROJECTIONS", "PRESETS", "preset"]
+
+CONFIG_FORMAT = 2  # bump when a field changes meaning; from_json reads this and format 1
+READABLE_FORMATS = (1, CONFIG_FORMAT)
 
 ATTENTION_KINDS = ("softmax", "linear", "efficient", "cosine")
 NORMS = ("layernorm", "rmsnorm")
@@ -28,15 +42,8 @@ SENTENCE_POOLINGS = ", ".join(POOLINGS[1:])  # for messages
 SPLADE_POOLINGS = ("splade_max", "splade_sum")
 # SPLADE's term weight: log1p(relu(logit)), or log1p of that again (sentence-transformers' log1p_relu)
 SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
-# non-linearity after the sentence-embedding Dense head (sentence-transformers' Dense module)
-DENSE_ACTIVATIONS = ("identity", "tanh", "relu", "gelu", "sigmoid")
-# classifier head: "none" = logits = W p + b; else a hidden Dense with this act first
-# (BERT's pooler and RoBERTa's head: tanh; DistilBERT: relu; ELECTRA, DeBERTa: gelu)
-CLASSIFIER_DENSE = ("none", "tanh", "relu", "gelu", "gelu_tanh", "silu")
-# how disentangled attention projects its relative table: each layer's W_Q, W_K, or a pair of its own
-DISENTANGLED_PROJECTIONS = ("shared", "separate")
-# which attention kinds each variant works with, and why the others cannot
-SOFTMAX_ONLY = ("relative_attention_buckets", "local_window", "disentangled_buckets")
+# the groups that act on the (N, N) score matrix, which only the softmax kernel forms
+SOFTMAX_ONLY = ("relative_attention", "local_attention", "disentangled")
 
 _CHOICES = {
     "attention": ATTENTION_KINDS,
@@ -47,11 +54,6 @@ _CHOICES = {
     "position_ids": POSITION_IDS,
     "pooling": POOLINGS + SPLADE_POOLINGS,
     "splade_activation": SPLADE_ACTIVATIONS,
-    "sentence_dense_activation": DENSE_ACTIVATIONS,
-    "classifier_pooling": ("mean", "cls", "last", "max"),
-    "classifier_dense": CLASSIFIER_DENSE,
-    "conv_activation": CLASSIFIER_DENSE[1:],
-    "disentangled_projections": DISENTANGLED_PROJECTIONS,
 }
 
 
@@ -97,8 +99,6 @@ class EncoderConfig:
     positions: str = "learned"
     # rotary base theta: frequencies theta^(-2i/D) per head dimension pair
     rotary_theta: float = 10000.0
-    # rotary theta of the local (windowed) layers; 0 = rotary_theta (ModernBERT uses 10000 vs 160000)
-    rotary_theta_local: float = 0.0
     # rotary angles p * rotary_scale * theta^(-2i/D): positions scaled before the rotation (linear
     # RoPE scaling's 1 / factor; GTE's fixed NTK scaling is theta x f with rotary_scale f^(-2/D))
     rotary_scale: float = 1.0
@@ -124,41 +124,14 @@ class EncoderConfig:
     # with embedding_norm, the first block keeps its own attention pre-norm as well, so layer 0
     # reads norm1(embed_norm(e)) (RoBERTa-PreLayerNorm, ESM-1b's emb_layer_norm_before)
     first_block_norm: bool = False
-    # a convolution over positions after the first layer (DeBERTa-v2 xlarge / xxlarge): 0 = none,
-    # else x_1 = norm(x_1 + act(conv(e))) with e the embeddings (padding zeroed) and a Conv1d of
-    # this odd kernel size, F -> F
-    conv_kernel_size: int = 0
-    # the convolution's groups (its weight is F x F / groups x k)
-    conv_groups: int = 1
-    # act of the convolution (DeBERTa's conv_act; transformers' default is tanh)
-    conv_activation: str = "tanh"
-    # relative position bias: 0 = off, else T5-style bidirectional buckets; one (buckets, H)
-    # table, computed once per call and added to every layer's scores (MPNet). softmax only
-    relative_attention_buckets: int = 0
-    # distance beyond which relative positions share the last logarithmic bucket
-    relative_attention_max_distance: int = 128
-    # disentangled relative attention (DeBERTa): 0 = off, else S buckets of i - j per direction
-    # (2S rows of a relative table R shared by every layer, projected to position queries and
-    # keys in each layer) and scores (q_i k_j + q_i (W_K R)[I_ij] + k_j (W_Q R)[I_ij]) / sqrt(D),
-    # I_ij = clamp(bucket(i - j) + S, 0, 2S - 1). softmax only
-    disentangled_buckets: int = 0
-    # distance where the disentangled buckets reach their last (logarithmic) bucket; 0: no
-    # log buckets, I_ij = clamp(i - j + S, 0, 2S - 1) (DeBERTa v1, DeBERTa-v2 without position_buckets)
-    disentangled_max_distance: int = 512
-    # how R becomes position keys and queries: "shared" = each layer's own W_Q, W_K (DeBERTa-v2's
-    # share_att_key); "separate" = a position Linear pair per layer, F -> 2A (DeBERTa v1's pos_q_proj, pos_proj)
-    disentangled_projections: str = "shared"
-    # normalise the relative table R (DeBERTa-v2's norm_rel_ebd); v1 reads it as stored
-    disentangled_norm: bool = True
-    # sliding-window attention: 0 = every layer global; else local layers attend to keys with
-    # |i - j| <= local_window // 2 (ModernBERT's local_attention); with causal, i - local_window // 2 <= j <= i
-    # (a decoder's sliding window w is local_window 2 w - 1). softmax only
-    local_window: int = 0
-    # with local_window: layer l is global when l % global_every == global_offset, local otherwise
-    global_every: int = 1
-    # where in each group of global_every layers the global one sits (ModernBERT: 0, the first;
-    # Gemma 3: 5 of 6, the last)
-    global_offset: int = 0
+    # a convolution over positions after the first layer (DeBERTa-v2 xlarge / xxlarge); None = none
+    convolution: Convolution | None = None
+    # T5-style relative position buckets added to every layer's scores (MPNet); None = off. softmax only
+    relative_attention: RelativeAttention | None = None
+    # disentangled relative attention (DeBERTa); None = off. softmax only
+    disentangled: Disentangled | None = None
+    # sliding-window attention on the local layers (ModernBERT, Gemma 3); None = every layer global
+    local_attention: LocalAttention | None = None
     # causal attention: token i sees keys j <= i only (prefix sums for the linear family),
     # which also allows a streaming (RNN-form) export of the linear kernels
     causal: bool = False
@@ -178,40 +151,18 @@ class EncoderConfig:
     pooling: str = "mean"
     # SPLADE's term weight (splade_* pooling only): log1p(relu(l)), or log1p(log1p(relu(l)))
     splade_activation: str = "relu"
-    # Dense head on the pooled vector: 0 = none, else s = act(W p + b) with W (size, F), so
-    # sentence_embedding is this wide (sentence-transformers' Dense module: LaBSE, distiluse)
-    sentence_dense_size: int = 0
-    # act of the Dense head (sentence-transformers' default is tanh)
-    sentence_dense_activation: str = "identity"
-    # b of the Dense head
-    sentence_dense_bias: bool = True
+    # sentence-transformers' Dense head on the pooled vector; None = none
+    sentence_dense: SentenceDense | None = None
     # l2-normalise the sentence embedding (cosine-ready vectors), after the Dense head
     normalize_embeddings: bool = False
     # keep the first K features of the sentence embedding, after the normalisation, as
     # sentence-transformers' truncate_dim does (Matryoshka models: smaller vectors); 0 = all
     truncate_dim: int = 0
-    # classifier head (a fine-tuned *ForSequenceClassification / *ForTokenClassification):
-    # 0 = none, else the number of labels L and a "logits" output
-    classifier_labels: int = 0
-    # logits per token (B, N, L: tagging, NER) instead of per sequence (B, L)
-    classifier_per_token: bool = False
-    # the vector a per-sequence head reads: the first token (cls, BERT-family) or a pooling
-    classifier_pooling: str = "cls"
-    # the head's hidden Dense: logits = W_o h + b_o with h = act(W_h p + b_h) (F -> F), or h = p
-    # for "none"; a per-token head applies it to every token
-    classifier_dense: str = "none"
-    # normalise h with the config's norm after the Dense (ModernBERT's prediction head)
-    classifier_norm: bool = False
-    # a per-sequence head on the "last" token reads the last kept token whose id is not this one, -1 = the
-    # last kept token: transformers' decoder classifiers look for the last non-pad id, so a text ending in
-    # its pad id (an eos used as pad) is scored at the token before, and a text made only of it at its
-    # first kept token (transformers' index 0 under right padding)
-    classifier_pad_id: int = -1
-    # multi-vector head (late interaction: ColBERT, bge-m3's colbert_linear): 0 = none, else a
-    # "token_embeddings" output t_i = (W x_i + b) / ||W x_i + b|| per token, W (size, F), (B, N, size)
-    token_dense_size: int = 0
-    # b of the multi-vector head (ColBERT's projection has none, bge-m3's colbert_linear has one)
-    token_dense_bias: bool = False
+    # classifier head (a fine-tuned *ForSequenceClassification / *ForTokenClassification) and its
+    # "logits" output; None = none
+    classifier: Classifier | None = None
+    # multi-vector head (late interaction: ColBERT, bge-m3's colbert_linear) and its token_embeddings output
+    token_dense: TokenDense | None = None
     # a "sparse" output of one weight per token, w_i = relu(u . x_i + c) (B, N): bge-m3's sparse_linear,
     # which the runtime turns into {token id: max weight} per text
     token_weights: bool = False
@@ -219,7 +170,9 @@ class EncoderConfig:
     name: str = field(default="custom")
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
+        for name in GROUPS:  # a group may be given as its JSON object; None is off
+            object.__setattr__(self, name, group_from_dict(name, getattr(self, name)))
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
@@ -289,10 +242,25 @@ class EncoderConfig:
     @property
     def sentence_size(self) -> int:
         """Width of sentence_embedding: the head's labels (SPLADE), truncate_dim, the Dense head's
-        output, else hidden_size."""
+        size, else hidden_size."""
         if self.sparse:
-            return self.classifier_labels
-        return self.truncate_dim or self.sentence_dense_size or self.hidden_size
+            return self.num_labels
+        return self.truncate_dim or (self.sentence_dense.size if self.sentence_dense else self.hidden_size)
+
+    @property
+    def num_labels(self) -> int:
+        """L, the classifier's labels (the last axis of "logits"); 0 without a classifier."""
+        return self.classifier.labels if self.classifier else 0
+
+    @property
+    def per_token_logits(self) -> bool:
+        """True when "logits" is (B, N, L), one row per token."""
+        return bool(self.classifier and self.classifier.per_token)
+
+    def is_global(self, layer: int) -> bool:
+        """True when layer attends over the whole sequence (always, without local_attention)."""
+        local = self.local_attention
+        return local is None or layer % local.global_every == local.global_offset
 
     @property
     def takes_ids(self) -> bool:
@@ -304,20 +272,44 @@ class EncoderConfig:
             raise ConfigError(f"unknown config field(s) {sorted(unknown)}; valid fields: {', '.join(field_names())}")
         return dataclasses.replace(self, **changes)
 
+    def with_fields(self, data: dict) -> "EncoderConfig":
+        """A copy with data's fields set: format 2 (groups as objects or null) or format 1's flat
+        names (classifier_labels, local_window, ... as export's flags and older config files spell
+        them, checked strictly: a group's field without its switch is refused)."""
+        data = dict(data)
+        version = data.pop("format", None)
+        if version == 1 or (version is None and config_format1.is_flat(data)):
+            return EncoderConfig.from_dict(config_format1.merge_flat(self._fields_dict(), data))
+        return EncoderConfig.from_dict({**self._fields_dict(), **data, "format": CONFIG_FORMAT if version is None else version})
+
+    def _fields_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"format": CONFIG_FORMAT, **dataclasses.asdict(self)}
+        """Format 2: every field, each group an object of its fields or null."""
+        return {"format": CONFIG_FORMAT, **self._fields_dict()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: Any) -> "EncoderConfig":
+        """Format 2, or format 1 (the flat layout, read as earlier releases wrote it). A dict
+        without "format" is read by its layout."""
         if not isinstance(data, dict):
             raise ConfigError(f"config must be a JSON object, got {type(data).__name__}")
         data = dict(data)
-        version = data.pop("format", CONFIG_FORMAT)
-        if version != CONFIG_FORMAT:
-            raise ConfigError(f"config format {version!r} is not supported; this ortformer reads format {CONFIG_FORMAT}")
+        if "format" in data and data["format"] is None:
+            raise ConfigError(f"config format null is not supported; give {', '.join(map(str, READABLE_FORMATS))} "
+                              "or leave the key out")
+        version = data.pop("format", None)
+        if version is None:
+            version = 1 if config_format1.is_flat(data) else CONFIG_FORMAT
+        if version not in READABLE_FORMATS or isinstance(version, bool):
+            raise ConfigError(f"config format {version!r} is not supported; this ortformer reads formats "
+                              f"{', '.join(map(str, READABLE_FORMATS))}")
+        if version == 1:
+            data = config_format1.from_flat(data)
         unknown = sorted(set(data) - set(field_names()))
         if unknown:
             raise ConfigError(f"unknown config key(s) {unknown}; valid keys: {', '.join(field_names())}")
@@ -334,19 +326,11 @@ class EncoderConfig:
 
 def _check_variants(cfg: EncoderConfig) -> None:
     """The combinations the family cannot build, each refused with its reason."""
-    for name in ("position_offset", "embedding_size", "relative_attention_buckets", "local_window",
-                 "sentence_dense_size", "disentangled_buckets"):
+    for name in ("position_offset", "embedding_size"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 0")
-    if cfg.disentangled_max_distance < 0:
-        raise ConfigError(f"disentangled_max_distance={cfg.disentangled_max_distance} must be >= 0 (0: no log buckets)")
-    for name in ("global_every", "relative_attention_max_distance"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
-    for name in ("rotary_theta", "rotary_theta_local"):
-        value = getattr(cfg, name)
-        if not math.isfinite(value) or value < 0 or ((name == "rotary_theta" or value) and value <= 1):
-            raise ConfigError(f"{name}={value} must be a finite number > 1" + (" (or 0 = rotary_theta)" if name.endswith("local") else ""))
+    if not math.isfinite(cfg.rotary_theta) or cfg.rotary_theta <= 1:
+        raise ConfigError(f"rotary_theta={cfg.rotary_theta} must be a finite number > 1")
     if cfg.positions == "rotary" and cfg.head_size % 2:
         raise ConfigError(f"positions='rotary' rotates dimension pairs: head size {cfg.head_size} must be even")
     if cfg.positions != "learned" and (cfg.position_offset or cfg.position_ids != "index"):
@@ -359,56 +343,6 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.embedding_size and not cfg.takes_ids:
         raise ConfigError("embedding_size projects token embeddings; float-feature input (vocab_size=0) "
                           "already arrives hidden_size wide")
-    if cfg.sentence_dense_size and cfg.pooling == "none":
-        raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps the pooled sentence embedding; "
-                          f"with pooling='none' there is none: choose a pooling ({SENTENCE_POOLINGS}) or set it to 0")
-    if cfg.classifier_labels < 0:
-        raise ConfigError(f"classifier_labels={cfg.classifier_labels} must be >= 0 (0 = no classifier head)")
-    if not cfg.classifier_labels:
-        stray = [name for name, on in (("classifier_per_token", cfg.classifier_per_token),
-                                       ("classifier_dense", cfg.classifier_dense != "none"),
-                                       ("classifier_norm", cfg.classifier_norm)) if on]
-        if stray:
-            raise ConfigError(f"{', '.join(stray)} shape a classifier head; with classifier_labels=0 there is none: "
-                              "set classifier_labels to the number of labels, or leave them at their defaults")
-    if cfg.sparse and not (cfg.classifier_labels and cfg.classifier_per_token):
-        raise ConfigError(f"pooling={cfg.pooling!r} pools a per-token head's logits (an MLM head over the vocabulary): "
-                          f"set classifier_labels and classifier_per_token=True, or choose {SENTENCE_POOLINGS}")
-    if cfg.sparse and cfg.sentence_dense_size:
-        raise ConfigError(f"sentence_dense_size={cfg.sentence_dense_size} maps a pooled hidden vector; "
-                          f"pooling={cfg.pooling!r} gives vocabulary weights: set it to 0")
-    if cfg.truncate_dim:
-        width = cfg.sentence_dense_size or cfg.hidden_size
-        if cfg.pooling == "none" or cfg.sparse or not 0 < cfg.truncate_dim <= width:
-            raise ConfigError(f"truncate_dim={cfg.truncate_dim} keeps the first features of a pooled sentence embedding: "
-                              f"it needs pooling {SENTENCE_POOLINGS} (got {cfg.pooling!r}) and a value in "
-                              f"1..{width} (the embedding's width), or 0 for the whole embedding")
-    if cfg.splade_activation != "relu" and not cfg.sparse:
-        raise ConfigError(f"splade_activation={cfg.splade_activation!r} shapes SPLADE pooling; "
-                          f"with pooling={cfg.pooling!r} leave it at 'relu'")
-    if cfg.classifier_pad_id != -1 and not (cfg.classifier_labels and not cfg.classifier_per_token
-                                             and cfg.classifier_pooling == "last" and cfg.takes_ids
-                                             and 0 <= cfg.classifier_pad_id < cfg.vocab_size):
-        raise ConfigError(f"classifier_pad_id={cfg.classifier_pad_id} skips a token id in a per-sequence head on the "
-                          "last token of a token-id model: it needs classifier_labels, classifier_pooling='last' and "
-                          f"an id below vocab_size={cfg.vocab_size}, or -1 (none)")
-    if cfg.token_dense_size < 0:
-        raise ConfigError(f"token_dense_size={cfg.token_dense_size} must be >= 0 (0 = no token_embeddings output)")
-    if cfg.token_dense_bias and not cfg.token_dense_size:
-        raise ConfigError("token_dense_bias=True adds a bias to the multi-vector head; with token_dense_size=0 there "
-                          "is none: set token_dense_size, or leave it False")
-    if cfg.classifier_norm and cfg.classifier_dense == "none":
-        raise ConfigError("classifier_norm=True normalises the classifier's hidden Dense; set classifier_dense too")
-    if cfg.conv_kernel_size < 0 or (cfg.conv_kernel_size and cfg.conv_kernel_size % 2 == 0):
-        raise ConfigError(f"conv_kernel_size={cfg.conv_kernel_size} must be 0 (none) or odd: the convolution keeps "
-                          "the sequence length with (k - 1) / 2 positions of padding on each side")
-    if cfg.conv_groups < 1 or cfg.hidden_size % cfg.conv_groups:
-        raise ConfigError(f"conv_groups={cfg.conv_groups} must be >= 1 and divide hidden_size={cfg.hidden_size}")
-    if not cfg.conv_kernel_size and (cfg.conv_groups != 1 or cfg.conv_activation != "tanh"):
-        raise ConfigError("conv_groups and conv_activation shape the convolution; with conv_kernel_size=0 there is "
-                          "none: set conv_kernel_size, or leave them at their defaults")
-    if cfg.conv_kernel_size and cfg.causal:
-        raise ConfigError("conv_kernel_size reads positions on both sides; causal=True allows only earlier ones")
     if cfg.sandwich_norm and cfg.norm_position != "pre":
         raise ConfigError("sandwich_norm=True normalises pre-norm sublayers' outputs; post-norm already normalises "
                           "after each residual add: set norm_position='pre'")
@@ -417,33 +351,58 @@ def _check_variants(cfg: EncoderConfig) -> None:
     if cfg.first_block_norm and not cfg.embedding_norm:
         raise ConfigError("first_block_norm=True keeps the first block's pre-norm beside an embedding norm; without "
                           "embedding_norm every block keeps its own: set embedding_norm=True, or leave it False")
-    if cfg.relative_attention_buckets:
-        # per direction buckets // 2, of which buckets // 4 are exact distances: with fewer
-        # than 4 no distance is exact and the logarithmic part divides by log(max_distance / 0)
-        if cfg.relative_attention_buckets < 4:
-            raise ConfigError(f"relative_attention_buckets={cfg.relative_attention_buckets} must be 0 (off) or >= 4 "
-                              "(half per direction, half of each exact distances)")
-        exact = cfg.relative_attention_buckets // 4
-        if cfg.relative_attention_max_distance <= exact:
-            raise ConfigError(f"relative_attention_max_distance={cfg.relative_attention_max_distance} must exceed the "
-                              f"{exact} exact distances of relative_attention_buckets={cfg.relative_attention_buckets}")
-    if cfg.disentangled_buckets:
+    if cfg.convolution:
+        if cfg.hidden_size % cfg.convolution.groups:
+            raise ConfigError(f"convolution.groups={cfg.convolution.groups} must divide hidden_size={cfg.hidden_size}")
+        if cfg.causal:
+            raise ConfigError("convolution reads positions on both sides; causal=True allows only earlier ones")
+    _check_heads(cfg)
+    _check_attention(cfg)
+
+
+def _check_heads(cfg: EncoderConfig) -> None:
+    """What the heads after the encoder need from the rest of the config."""
+    if cfg.sentence_dense and cfg.pooling == "none":
+        raise ConfigError(f"sentence_dense maps the pooled sentence embedding; with pooling='none' there is none: "
+                          f"choose a pooling ({SENTENCE_POOLINGS}) or set sentence_dense=None")
+    if cfg.sparse and not cfg.per_token_logits:
+        raise ConfigError(f"pooling={cfg.pooling!r} pools a per-token head's logits (an MLM head over the vocabulary): "
+                          f"set classifier with per_token=True, or choose {SENTENCE_POOLINGS}")
+    if cfg.sparse and cfg.sentence_dense:
+        raise ConfigError(f"sentence_dense maps a pooled hidden vector; pooling={cfg.pooling!r} gives vocabulary "
+                          "weights: set sentence_dense=None")
+    if cfg.truncate_dim:
+        width = cfg.sentence_dense.size if cfg.sentence_dense else cfg.hidden_size
+        if cfg.pooling == "none" or cfg.sparse or not 0 < cfg.truncate_dim <= width:
+            raise ConfigError(f"truncate_dim={cfg.truncate_dim} keeps the first features of a pooled sentence embedding: "
+                              f"it needs pooling {SENTENCE_POOLINGS} (got {cfg.pooling!r}) and a value in "
+                              f"1..{width} (the embedding's width), or 0 for the whole embedding")
+    if cfg.splade_activation != "relu" and not cfg.sparse:
+        raise ConfigError(f"splade_activation={cfg.splade_activation!r} shapes SPLADE pooling; "
+                          f"with pooling={cfg.pooling!r} leave it at 'relu'")
+    pad_id = cfg.classifier.pad_id if cfg.classifier else -1
+    if pad_id != -1 and not (cfg.takes_ids and pad_id < cfg.vocab_size):
+        raise ConfigError(f"classifier.pad_id={pad_id} skips a token id of a token-id model: it needs an id below "
+                          f"vocab_size={cfg.vocab_size}, or -1 (none)")
+
+
+def _check_attention(cfg: EncoderConfig) -> None:
+    """The attention variants that cannot be combined, each refused with its reason."""
+    if cfg.disentangled:
         # the logarithmic buckets need max_distance > mid + 1; a model whose distances all stay
         # below mid = buckets // 2 only ever uses the exact ones
-        log_needed = cfg.max_positions - 1 > cfg.disentangled_buckets // 2 and cfg.disentangled_max_distance
-        if cfg.disentangled_buckets < 2 or (log_needed and cfg.disentangled_max_distance <= cfg.disentangled_buckets // 2 + 1):
-            raise ConfigError(f"disentangled_buckets={cfg.disentangled_buckets} needs >= 2 buckets and "
-                              f"disentangled_max_distance > buckets // 2 + 1 (got {cfg.disentangled_max_distance}): "
-                              "half the buckets are exact distances, the rest logarithmic up to the max distance")
-        for name, on in (("relative_attention_buckets", cfg.relative_attention_buckets),
-                         ("local_window", cfg.local_window), ("causal", cfg.causal),
-                         ("positions='rotary'", cfg.positions == "rotary")):
+        buckets, max_distance = cfg.disentangled.buckets, cfg.disentangled.max_distance
+        if max_distance and cfg.max_positions - 1 > buckets // 2 and max_distance <= buckets // 2 + 1:
+            raise ConfigError(f"disentangled.buckets={buckets} needs max_distance > buckets // 2 + 1 (got "
+                              f"{max_distance}): half the buckets are exact distances, the rest logarithmic up to "
+                              "the max distance")
+        for name, on in (("relative_attention", cfg.relative_attention), ("local_attention", cfg.local_attention),
+                         ("causal", cfg.causal), ("positions='rotary'", cfg.positions == "rotary"),
+                         ("num_kv_heads", cfg.grouped_kv), ("qk_norm", cfg.qk_norm)):
             if on:
-                raise ConfigError(f"disentangled_buckets with {name} is not implemented: the disentangled "
-                                  "attention brings its own relative positions over the whole sequence")
-    elif cfg.disentangled_projections != "shared" or not cfg.disentangled_norm:
-        raise ConfigError("disentangled_projections and disentangled_norm shape disentangled attention; with "
-                          "disentangled_buckets=0 there is none: set disentangled_buckets, or leave them at their defaults")
+                raise ConfigError(f"disentangled with {name} is not implemented: the disentangled attention brings "
+                                  "its own relative positions over the whole sequence, projected through the "
+                                  "full-width Q and K before any norm")
     if not (math.isfinite(cfg.attention_softcap) and cfg.attention_softcap >= 0):
         raise ConfigError(f"attention_softcap={cfg.attention_softcap} must be a finite number >= 0 (0 = no cap)")
     if cfg.attention_softcap and cfg.attention != "softmax":
@@ -451,27 +410,26 @@ def _check_variants(cfg: EncoderConfig) -> None:
                           "use attention='softmax', or leave it 0")
     if cfg.attention_softcap:
         # the cap bounds q . k / sqrt(D); where a per-pair bias is added too, no model says which comes first
-        for name, on in (("relative_attention_buckets", cfg.relative_attention_buckets),
-                         ("disentangled_buckets", cfg.disentangled_buckets), ("positions='alibi'", cfg.positions == "alibi")):
+        for name, on in (("relative_attention", cfg.relative_attention), ("disentangled", cfg.disentangled),
+                         ("positions='alibi'", cfg.positions == "alibi")):
             if on:
                 raise ConfigError(f"attention_softcap with {name} is not implemented: the cap bounds q . k / sqrt(D) "
                                   "and no model defines it beside a per-pair position bias; set one of them to 0 / "
-                                  "another positions kind (local windows, rotary and learned positions combine with it)")
+                                  "None / another positions kind (local windows, rotary and learned positions "
+                                  "combine with it)")
     if cfg.positions == "alibi":
         # a bias on the (N, N) scores, which only the bidirectional softmax kernel forms
         for name, on in (("attention=" + repr(cfg.attention), cfg.attention != "softmax"), ("causal", cfg.causal),
-                         ("relative_attention_buckets", cfg.relative_attention_buckets),
-                         ("disentangled_buckets", cfg.disentangled_buckets)):
+                         ("relative_attention", cfg.relative_attention), ("disentangled", cfg.disentangled)):
             if on:
                 raise ConfigError(f"positions='alibi' with {name} is not implemented: ALiBi biases the bidirectional "
                                   "softmax scores and is the model's only relative position; use attention='softmax', "
-                                  "causal=False and no relative_attention_buckets / disentangled_buckets, or another "
-                                  "positions kind")
+                                  "causal=False and no relative_attention / disentangled, or another positions kind")
     if cfg.attention != "softmax":
         for name in SOFTMAX_ONLY:
             if getattr(cfg, name):
                 raise ConfigError(
-                    f"{name}={getattr(cfg, name)} needs attention='softmax': the {cfg.attention} kernel never forms "
+                    f"{name} needs attention='softmax': the {cfg.attention} kernel never forms "
                     "the (N, N) score matrix that a per-pair bias or window acts on")
     if cfg.causal and cfg.attention == "efficient":
         raise ConfigError(
@@ -482,32 +440,17 @@ def _check_variants(cfg: EncoderConfig) -> None:
         raise ConfigError(f"rotary_scale={cfg.rotary_scale} must be a finite number > 0")
     if cfg.rotary_scale != 1.0 and cfg.positions != "rotary":
         raise ConfigError(f"rotary_scale scales rotary angles; it needs positions='rotary', got positions={cfg.positions!r}")
-    if cfg.rotary_theta_local and not cfg.local_window:
-        raise ConfigError("rotary_theta_local applies to local layers; set local_window too, or leave it 0")
-    if cfg.rotary_theta_local and cfg.positions != "rotary":
-        raise ConfigError(f"rotary_theta_local needs positions='rotary', got positions={cfg.positions!r}")
-    if cfg.grouped_kv and cfg.disentangled_buckets:
-        raise ConfigError("num_kv_heads with disentangled_buckets is not implemented: the disentangled scores "
-                          "project the relative table through full-width Q and K")
-    if cfg.qk_norm and cfg.disentangled_buckets:
-        raise ConfigError("qk_norm with disentangled_buckets is not implemented: the disentangled scores read "
-                          "the projected q and k before any norm")
+    if cfg.local_attention and cfg.local_attention.rotary_theta and cfg.positions != "rotary":
+        raise ConfigError(f"local_attention.rotary_theta needs positions='rotary', got positions={cfg.positions!r}")
     if cfg.causal:
-        # causal softmax rotates q and k before its masked scores (and windows them, local_window);
+        # causal softmax rotates q and k before its masked scores (and windows them, local_attention);
         # the linear family's causal kernels and their streaming form take absolute positions only
         for name, on in (("positions='rotary'", cfg.positions == "rotary" and cfg.attention != "softmax"),
-                         ("relative_attention_buckets", cfg.relative_attention_buckets)):
+                         ("relative_attention", cfg.relative_attention)):
             if on:
                 raise ConfigError(f"causal=True with {name} is not implemented: the causal kernels and their "
                                   "streaming form take absolute positions only (learned, sinusoidal or none; "
                                   "softmax also rotary and local windows)")
-    if cfg.local_window and cfg.global_every == 1:
-        raise ConfigError("local_window with global_every=1 makes every layer global; set global_every >= 2")
-    if not 0 <= cfg.global_offset < cfg.global_every:
-        raise ConfigError(f"global_offset={cfg.global_offset} must be in [0, global_every={cfg.global_every}): "
-                          "layer l is global when l % global_every == global_offset")
-    if cfg.global_offset and not cfg.local_window:
-        raise ConfigError("global_offset places the global layers among local ones; set local_window too, or leave it 0")
 
 
 def field_names() -> tuple[str, ...]:
@@ -516,18 +459,6 @@ def field_names() -> tuple[str, ...]:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, min(n, 64) + 1) if n % d == 0][:8]
-
-
-def _check_types(cfg: EncoderConfig) -> None:
-    for f in fields(cfg):
-        value = getattr(cfg, f.name)
-        want = {"int": int, "float": float, "str": str, "bool": bool}[f.type]
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(cfg, f.name, float(value))  # 1 is a fine epsilon spelling of 1.0
-            continue
-        # bool is a subclass of int: True must not pass as a layer count
-        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            raise ConfigError(f"{f.name}={value!r} must be of type {want.__name__}, got {type(value).__name__}")
 
 
 PRESETS: dict[str, EncoderConfig] = {

@@ -53,7 +53,7 @@ LOGITS = "logits"
 # weight per token (B, N) (bge-m3's sparse_linear); see late.py for what the runtime keeps of them
 TOKEN_EMBEDDINGS = "token_embeddings"
 SPARSE = "sparse"
-# optional: the classifier's label names, a JSON list of classifier_labels strings
+# optional: the classifier's label names, a JSON list of classifier.labels strings
 META_LABELS = "ortformer.labels"
 
 
@@ -69,9 +69,9 @@ def output_names(cfg: EncoderConfig) -> list[str]:
     names = [LAST_HIDDEN_STATE]
     if cfg.pooling != "none":
         names.append(SENTENCE_EMBEDDING)
-    if cfg.classifier_labels:
+    if cfg.classifier:
         names.append(LOGITS)
-    if cfg.token_dense_size:
+    if cfg.token_dense:
         names.append(TOKEN_EMBEDDINGS)
     if cfg.token_weights:
         names.append(SPARSE)
@@ -83,11 +83,11 @@ def output_shapes(cfg: EncoderConfig) -> dict[str, list]:
     shapes = {LAST_HIDDEN_STATE: [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]}
     if cfg.pooling != "none":
         shapes[SENTENCE_EMBEDDING] = [BATCH_AXIS, cfg.sentence_size]
-    if cfg.classifier_labels:
-        per_token = [SEQUENCE_AXIS] if cfg.classifier_per_token else []
-        shapes[LOGITS] = [BATCH_AXIS, *per_token, cfg.classifier_labels]
-    if cfg.token_dense_size:
-        shapes[TOKEN_EMBEDDINGS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.token_dense_size]
+    if cfg.classifier:
+        per_token = [SEQUENCE_AXIS] if cfg.per_token_logits else []
+        shapes[LOGITS] = [BATCH_AXIS, *per_token, cfg.num_labels]
+    if cfg.token_dense:
+        shapes[TOKEN_EMBEDDINGS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.token_dense.size]
     if cfg.token_weights:
         shapes[SPARSE] = [BATCH_AXIS, SEQUENCE_AXIS]
     return shapes

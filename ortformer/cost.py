@@ -9,14 +9,14 @@ D = head size, L = layers:
   up projection is twice as wide: 3 F ffn_size weights + 2 ffn_size + F biases
 - bias=False: no Linear biases, and LayerNorm keeps only its weight
 - a relative position bias: one buckets x H table
-- disentangled attention: one 2S x F relative table and its norm (S = disentangled_buckets),
-  plus per layer a position pair F -> 2A (+ 2A bias) with disentangled_projections="separate"
+- disentangled attention: one 2S x F relative table and its norm (S = disentangled.buckets),
+  plus per layer a position pair F -> 2A (+ 2A bias) with disentangled.projections="separate"
 - embeddings: vocab x E tokens, max_positions x E learned positions, types x E
   (E = embedding_size or F), and an E x F projection (+ F bias) when embedding_size is set
-- a sentence Dense head: F x S weights (+ S bias), S = sentence_dense_size
-- a classifier: F x L weights + L biases (L = classifier_labels), plus F x F + F for the
-  head's hidden Dense and a norm's parameters when classifier_norm
-- per-token heads: F x D weights (+ D bias) for token_embeddings (D = token_dense_size), F + 1 for sparse
+- a sentence Dense head: F x S weights (+ S bias), S = sentence_dense.size
+- a classifier: F x L weights + L biases (L = classifier.labels), plus F x F + F for the
+  head's hidden Dense and a norm's parameters when classifier.norm
+- per-token heads: F x D weights (+ D bias) for token_embeddings (D = token_dense.size), F + 1 for sparse
 FLOPs count a multiply-add as 2.
 """
 from __future__ import annotations
@@ -46,6 +46,7 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         norms += _norm_params(cfg, E) - (0 if cfg.first_block_norm else _norm_params(cfg))
     if cfg.sandwich_norm:  # each sublayer's output normalised too
         norms += (2 * L) * _norm_params(cfg)
+    conv, dense, head = cfg.convolution, cfg.sentence_dense, cfg.classifier
     return {
         "token_embeddings": cfg.vocab_size * E,
         "position_embeddings": positions,
@@ -57,25 +58,33 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
         "ffn_weights": L * (F * up + cfg.ffn_size * F),
         "ffn_biases": L * (up + F) if cfg.bias else 0,
         # MPNet-style relative position bias: one (buckets, H) table shared by all layers
-        "relative_attention_bias": cfg.relative_attention_buckets * cfg.num_heads,
+        "relative_attention_bias": cfg.relative_attention.buckets * cfg.num_heads if cfg.relative_attention else 0,
         # two norms per block (four with sandwich_norm), plus one at the embeddings (post) or at the end (pre)
         "norms": norms,
         # Qwen3's per-head RMSNorm of q and k: two (D,) weights per layer
         "qk_norms": L * 2 * cfg.head_size if cfg.qk_norm else 0,
         # DeBERTa's relative table (2S, F) and its norm, shared by every layer
-        "disentangled_positions": (
-            2 * cfg.disentangled_buckets * F + (_norm_params(cfg) if cfg.disentangled_norm else 0)
-            + (L * 2 * cfg.attention_size * (F + 1) if cfg.disentangled_projections == "separate" else 0)
-        ) if cfg.disentangled_buckets else 0,
+        "disentangled_positions": _disentangled_params(cfg),
         # DeBERTa-v2's convolution after the first layer: (F, F / groups, k) + bias, and its norm
-        "convolution": (F * F // cfg.conv_groups * cfg.conv_kernel_size + F + _norm_params(cfg)) if cfg.conv_kernel_size else 0,
-        "sentence_dense": cfg.sentence_dense_size * (F + (1 if cfg.sentence_dense_bias else 0)),
-        "classifier": (cfg.classifier_labels * (F + 1)
-                       + (F * (F + 1) if cfg.classifier_labels and cfg.classifier_dense != "none" else 0)
-                       + (_norm_params(cfg) if cfg.classifier_labels and cfg.classifier_norm else 0)),
-        "token_heads": (cfg.token_dense_size * (F + (1 if cfg.token_dense_bias else 0))
+        "convolution": (F * F // conv.groups * conv.kernel_size + F + _norm_params(cfg)) if conv else 0,
+        "sentence_dense": dense.size * (F + (1 if dense.bias else 0)) if dense else 0,
+        "classifier": (head.labels * (F + 1) + (F * (F + 1) if head.dense != "none" else 0)
+                       + (_norm_params(cfg) if head.norm else 0)) if head else 0,
+        "token_heads": (_token_dense_size(cfg) * (F + (1 if cfg.token_dense and cfg.token_dense.bias else 0))
                         + (F + 1 if cfg.token_weights else 0)),
     }
+
+
+def _disentangled_params(cfg: EncoderConfig) -> int:
+    group, F = cfg.disentangled, cfg.hidden_size
+    if group is None:
+        return 0
+    separate = cfg.num_layers * 2 * cfg.attention_size * (F + 1) if group.projections == "separate" else 0
+    return 2 * group.buckets * F + (_norm_params(cfg) if group.norm else 0) + separate
+
+
+def _token_dense_size(cfg: EncoderConfig) -> int:
+    return cfg.token_dense.size if cfg.token_dense else 0
 
 
 def parameter_count(cfg: EncoderConfig) -> int:
@@ -95,16 +104,16 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
         "attention_core": L * core,
         "ffn": L * (6 if cfg.ffn_gated else 4) * n * F * cfg.ffn_size,
     }
-    if cfg.disentangled_buckets:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
-        s = cfg.disentangled_buckets
+    if cfg.disentangled:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
+        s = cfg.disentangled.buckets
         flops["disentangled_positions"] = L * (8 * s * F * A + 8 * n * s * A)
-    if cfg.conv_kernel_size:  # n outputs of F, each k F / groups multiply-adds
-        flops["convolution"] = 2 * n * F * F // cfg.conv_groups * cfg.conv_kernel_size
-    if cfg.classifier_labels:  # the head's Dense (F x F) and classifier (F x L), per token or once
-        vectors = n if cfg.classifier_per_token else 1
-        flops["classifier"] = vectors * 2 * F * (cfg.classifier_labels + (F if cfg.classifier_dense != "none" else 0))
-    if cfg.token_dense_size or cfg.token_weights:  # every token through F x D, and F x 1
-        flops["token_heads"] = n * 2 * F * (cfg.token_dense_size + (1 if cfg.token_weights else 0))
+    if cfg.convolution:  # n outputs of F, each k F / groups multiply-adds
+        flops["convolution"] = 2 * n * F * F // cfg.convolution.groups * cfg.convolution.kernel_size
+    if cfg.classifier:  # the head's Dense (F x F) and classifier (F x L), per token or once
+        vectors = n if cfg.classifier.per_token else 1
+        flops["classifier"] = vectors * 2 * F * (cfg.num_labels + (F if cfg.classifier.dense != "none" else 0))
+    if cfg.token_dense or cfg.token_weights:  # every token through F x D, and F x 1
+        flops["token_heads"] = n * 2 * F * (_token_dense_size(cfg) + (1 if cfg.token_weights else 0))
     return flops
 
 

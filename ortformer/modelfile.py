@@ -106,7 +106,7 @@ class ModelFile:
         """The classifier's label names by id (checked on read); LABEL_i when none are recorded."""
         if contract.META_LABELS in self.metadata:
             return contract.parse_labels(self.metadata[contract.META_LABELS])
-        return [f"LABEL_{i}" for i in range(self.config.classifier_labels)]
+        return [f"LABEL_{i}" for i in range(self.config.num_labels)]
 
     @property
     def late(self) -> LateInteraction | None:
@@ -203,9 +203,9 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
             labels = contract.parse_labels(metadata[contract.META_LABELS])
         except ValueError as exc:
             raise ModelFileError(f"{path}: bad '{contract.META_LABELS}' metadata: {exc}") from None
-        if len(labels) != config.classifier_labels:
+        if len(labels) != config.num_labels:
             raise ModelFileError(f"{path}: '{contract.META_LABELS}' names {len(labels)} label(s) but the config "
-                                 f"has classifier_labels={config.classifier_labels}")
+                                 f"has classifier.labels={config.num_labels}")
     if contract.META_PROMPTS in metadata:
         try:
             contract.parse_prompts(metadata[contract.META_PROMPTS])
@@ -226,9 +226,9 @@ def _check_late(path: Path, text: str, config: EncoderConfig) -> None:
         late = LateInteraction.from_json(text)
     except (TypeError, ValueError) as exc:
         raise ModelFileError(f"{what}: {exc}") from None
-    if not (config.token_dense_size or config.token_weights):
+    if not (config.token_dense or config.token_weights):
         raise ModelFileError(f"{what} describes late interaction, but the config has no per-token head "
-                             "(token_dense_size = 0 and token_weights = false)")
+                             "(token_dense = null and token_weights = false)")
     beyond = [i for i in late.ids() if i >= config.vocab_size]
     if beyond:
         raise ModelFileError(f"{what} names token ids {beyond[:5]} outside the vocabulary "

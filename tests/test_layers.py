@@ -16,7 +16,7 @@ import ortformer
 PACKAGE = Path(ortformer.__file__).parent
 LAYERS = [
     ("errors", "fsutil", "_version", "corpus", "checks"),
-    ("config", "text"),
+    ("config", "config_groups", "config_format1", "text"),
     ("contract", "cost", "late"),
     ("models", "parity"),
     ("onnxfile", "modelfile", "chunkfile", "int8_kernels"),

@@ -17,7 +17,8 @@ from ..parity import GATES, format_report
 from ..runtime.providers import VERIFY_PROVIDERS
 from .common import CliError, check_output, echo_json, human_size
 
-# CLI flag -> EncoderConfig field, for the explicit-architecture flags
+# CLI flag -> EncoderConfig field, for the explicit-architecture flags; a group's fields by their flat
+# (format 1) names, which EncoderConfig.with_fields folds into the group
 FLAG_FIELDS = {
     "attention": "attention", "norm": "norm", "norm_position": "norm_position", "activation": "activation",
     "positions": "positions", "layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
@@ -72,11 +73,11 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
     cfg = preset(preset_name or DEFAULT_PRESET)
     fields = read_config_fields(config_file) if config_file else {}
     if fields:
-        cfg = EncoderConfig.from_dict({**cfg.to_dict(), **fields})
+        cfg = cfg.with_fields(fields)
     changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
     if changes.get("vocab_size") == 0 and "type_vocab_size" not in {**fields, **changes}:
         changes["type_vocab_size"] = 0  # float features carry no token types: --vocab 0 alone means that
-    return cfg.replace(**changes) if changes else cfg
+    return cfg.with_fields({"format": 1, **changes}) if changes else cfg
 
 
 def model_files(path) -> dict:

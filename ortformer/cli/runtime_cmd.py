@@ -202,7 +202,7 @@ def _write(result, fmt: str, out: Path | None, width: int, sparse: bool = False)
 
 
 def _width(runtime: Runtime, output: str) -> int:
-    """The last axis of ``output``: hidden_size, sentence_size, the number of labels or token_dense_size
+    """The last axis of ``output``: hidden_size, sentence_size, the number of labels or token_dense.size
     (sparse: one weight per token, 1)."""
     width = contract.output_shapes(runtime.config)[output][-1]
     return 1 if width == contract.SEQUENCE_AXIS else width
@@ -408,8 +408,9 @@ def info(ctx, model, as_json, sequence_length):
         kept = ", keeping the end" if text.get("truncation_side") == "left" else ""
         click.echo(f"text        {text['tokenizer']}, truncated at {text['max_length']} tokens{kept}{lowered}")
     if report.get("labels"):
-        cfg_labels = config.get("classifier_labels")
-        per = "per token" if config.get("classifier_per_token") else "per sequence"
+        head = config.get("classifier") or {}
+        cfg_labels = head.get("labels", 0)
+        per = "per token" if head.get("per_token") else "per sequence"
         click.echo(f"labels      {cfg_labels} ({per}, the logits output): " + ", ".join(
             f"{i}={name}" for i, name in enumerate(report["labels"][:20])) + (" ..." if cfg_labels > 20 else ""))
     prompts = report.get("prompts") or {}

@@ -164,7 +164,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     family: the Hugging Face model_type the weights came from, recorded for ``info``.
     prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
         tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
-    labels: the classifier head's label names by id (config.classifier_labels of them),
+    labels: the classifier head's label names by id (config.classifier.labels of them),
         recorded for ``Runtime.labels`` and ``info``.
     late: a late.LateInteraction (markers, query expansion, skiplist) for a model with a per-token
         head (token_embeddings, sparse), recorded for ``Runtime.embed_texts(kind=...)``.
@@ -231,16 +231,16 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     if family is not None:
         meta[contract.META_FAMILY] = str(family)
     if labels:
-        if len(labels) != cfg.classifier_labels:
+        if len(labels) != cfg.num_labels:
             raise ExportError(f"labels names {len(labels)} label(s) but the model's classifier has "
-                              f"classifier_labels={cfg.classifier_labels}")
+                              f"classifier.labels={cfg.num_labels}")
         try:
             meta[contract.META_LABELS] = contract.labels_json(labels)
         except ValueError as exc:
             raise ExportError(f"labels: {exc}") from None
     if late is not None:
-        if not (cfg.token_dense_size or cfg.token_weights):
-            raise ExportError("late-interaction settings need a per-token head (token_dense_size or token_weights)")
+        if not (cfg.token_dense or cfg.token_weights):
+            raise ExportError("late-interaction settings need a per-token head (token_dense or token_weights)")
         beyond = [i for i in late.ids() if not 0 <= i < cfg.vocab_size]
         if beyond:
             raise ExportError(f"late-interaction settings name token ids {beyond[:5]} outside the vocabulary "

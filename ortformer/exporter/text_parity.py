@@ -32,11 +32,11 @@ def compared_output(cfg: EncoderConfig) -> str | None:
     """The output the check compares: a classifier's per-sequence logits, else the sentence
     embedding, else a late-interaction model's token_embeddings (per kept token); None when the
     model has none of them."""
-    if cfg.classifier_labels and not cfg.classifier_per_token:
+    if cfg.classifier and not cfg.classifier.per_token:
         return contract.LOGITS
     if cfg.pooling != "none":
         return contract.SENTENCE_EMBEDDING
-    return contract.TOKEN_EMBEDDINGS if cfg.token_dense_size else None
+    return contract.TOKEN_EMBEDDINGS if cfg.token_dense else None
 
 
 def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, tokenizer: Path, max_length: int,

@@ -52,8 +52,9 @@ def _reference(model_file: ModelFile, against, seed: int | None, **hub) -> tuple
         model, where = loaded.model, f"{against} ({loaded.source})"
     # what defines the model, not what it is called: a copied folder names its model after itself, and
     # an export may cut the sentence embedding (--truncate-dim: a slice that holds no weights)
-    diff = {k: (v, getattr(model.config, k)) for k, v in cfg.to_dict().items()
-            if k not in ("format", "name", "truncate_dim") and getattr(model.config, k) != v}
+    theirs = model.config.to_dict()
+    diff = {k: (v, theirs[k]) for k, v in cfg.to_dict().items()
+            if k not in ("format", "name", "truncate_dim") and theirs[k] != v}
     if diff:
         raise ConfigError(f"{against} describes another model than the file; field: (file, against) = {diff}")
     if model.config != cfg:

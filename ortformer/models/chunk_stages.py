@@ -32,16 +32,16 @@ def chunkable(cfg) -> str | None:
         (not cfg.embedding_size and not cfg.embedding_norm, "a separate embedding width or embedding norm"),
         (not cfg.ffn_gated and cfg.bias, "a gated or bias-free feed-forward network"),
         (cfg.pooling in SUPPORTED_POOLING, f"pooling={cfg.pooling!r}"),
-        (not cfg.sentence_dense_size, "a Dense head on the sentence embedding"),
-        (not cfg.classifier_labels, "a classifier head"),
-        (not cfg.conv_kernel_size, "a convolution after the first layer"),
+        (not cfg.sentence_dense, "a Dense head on the sentence embedding"),
+        (not cfg.classifier, "a classifier head"),
+        (not cfg.convolution, "a convolution after the first layer"),
         (not cfg.attention_head_size, "an attention_head_size other than hidden_size / num_heads"),
         (cfg.token_dropout_id < 0, "token dropout (a scale from the whole sequence's masked share)"),
         (not cfg.qk_norm, "qk_norm"),
         (not cfg.grouped_kv, "num_kv_heads (grouped-query attention)"),
         (not cfg.sandwich_norm, "sandwich norms"),
         (not cfg.truncate_dim, "truncate_dim"),
-        (not cfg.token_dense_size and not cfg.token_weights, "per-token heads (token_embeddings, sparse)"),
+        (not cfg.token_dense and not cfg.token_weights, "per-token heads (token_embeddings, sparse)"),
     ]
     for ok, what in checks:
         if not ok:

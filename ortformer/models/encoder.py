@@ -24,7 +24,7 @@ class Block(nn.Module):
         self.pre_norm = cfg.norm_position == "pre"
         self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
                                             bias=cfg.bias, causal=cfg.causal, head_size=cfg.attention_head_size,
-                                            position_projections=cfg.disentangled_projections == "separate",
+                                            position_projections=bool(cfg.disentangled) and cfg.disentangled.projections == "separate",
                                             qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None,
                                             kv_heads=cfg.num_kv_heads or None, softcap=cfg.attention_softcap)
         # with embedding_norm the first block's input is already normalised (ModernBERT), unless the
@@ -52,12 +52,12 @@ class Encoder(nn.Module):
     inputs: input_ids int64 (B, N) when vocab_size > 0, else inputs_embeds float (B, N, F).
     attention_mask: int (B, N), 1 = keep, 0 = padding.
     Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, S):
-    p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense_size = S, else s = p;
-    then s / ||s|| when normalize_embeddings, and s[:, :K] with truncate_dim = K. With classifier_labels = L, logits = W_o h + b_o
-    with h = norm(act(W_h v + b_h)) (the Dense when classifier_dense is set, the norm when
-    classifier_norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier_pooling) (B, L)
-    (over kept tokens whose id is not classifier_pad_id, when set).
-    With token_dense_size = D, token_embeddings t_i = (W_t x_i + b_t) / ||W_t x_i + b_t|| (B, N, D);
+    p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense.size = S, else s = p;
+    then s / ||s|| when normalize_embeddings, and s[:, :K] with truncate_dim = K. With classifier.labels = L,
+    logits = W_o h + b_o with h = norm(act(W_h v + b_h)) (the Dense when classifier.dense is set, the norm
+    when classifier.norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier.pooling) (B, L)
+    (over kept tokens whose id is not classifier.pad_id, when set).
+    With token_dense.size = D, token_embeddings t_i = (W_t x_i + b_t) / ||W_t x_i + b_t|| (B, N, D);
     with token_weights, sparse w_i = relu(u . x_i + c) (B, N), on every position.
     SPLADE (pooling splade_max / splade_sum) pools a per-token head over the vocabulary (an MLM
     head, L = V) into sentence_embedding (B, V): see splade_pool.
@@ -68,7 +68,7 @@ class Encoder(nn.Module):
       e = norm(e) when post-norm; embed_norm(e) when embedding_norm (pre-norm; the first block's
       norm1 is then skipped unless first_block_norm)
       x = project(e) when embedding_size is set (E -> F, ELECTRA), else e
-    With conv_kernel_size, after the first block x = norm(x + act(conv(e))) (DeBERTa-v2 xlarge).
+    With convolution, after the first block x = norm(x + act(conv(e))) (DeBERTa-v2 xlarge).
     """
 
     def __init__(self, cfg: EncoderConfig):
@@ -85,30 +85,32 @@ class Encoder(nn.Module):
         self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
         # one (buckets, H) table for all layers (MPNet), or ALiBi's slopes; the bias is computed once per call
-        self.relative = (RelativePositionBias(cfg) if cfg.relative_attention_buckets
+        self.relative = (RelativePositionBias(cfg) if cfg.relative_attention
                          else AlibiBias(cfg) if cfg.positions == "alibi" else None)
         self.rotary = Rotary(cfg.head_size, cfg.rotary_theta, cfg.rotary_scale) if cfg.positions == "rotary" else None
         # local (sliding-window) layers: l % global_every != global_offset; they may rotate with their own theta
-        self.local_layers = [l for l in range(cfg.num_layers)
-                             if cfg.local_window and l % cfg.global_every != cfg.global_offset]
-        self.rotary_local = Rotary(cfg.head_size, cfg.rotary_theta_local, cfg.rotary_scale) if cfg.rotary_theta_local else None
+        self.local_layers = [l for l in range(cfg.num_layers) if not cfg.is_global(l)]
+        local_theta = cfg.local_attention.rotary_theta if cfg.local_attention else 0.0
+        self.rotary_local = Rotary(cfg.head_size, local_theta, cfg.rotary_scale) if local_theta else None
         # DeBERTa's relative table, normed once per call and projected by every layer
-        self.disentangled = DisentangledPositions(cfg) if cfg.disentangled_buckets else None
+        self.disentangled = DisentangledPositions(cfg) if cfg.disentangled else None
         # DeBERTa-v2's convolution after the first layer, over the (masked) embeddings
-        k = cfg.conv_kernel_size
-        self.conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=(k - 1) // 2, groups=cfg.conv_groups) if k else None
-        self.conv_activation = make_activation(cfg.conv_activation)
-        self.conv_norm = make_norm(cfg) if k else None
-        self.sentence_dense = (nn.Linear(cfg.hidden_size, cfg.sentence_dense_size, bias=cfg.sentence_dense_bias)
-                               if cfg.sentence_dense_size else None)
-        self.sentence_activation = make_activation(cfg.sentence_dense_activation)
-        labels, dense = cfg.classifier_labels, cfg.classifier_dense
-        self.classifier_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size) if labels and dense != "none" else None
-        self.classifier_activation = make_activation("identity" if dense == "none" else dense)
-        self.classifier_norm = make_norm(cfg) if labels and cfg.classifier_norm else None
-        self.classifier = nn.Linear(cfg.hidden_size, labels) if labels else None
-        self.token_dense = (nn.Linear(cfg.hidden_size, cfg.token_dense_size, bias=cfg.token_dense_bias)
-                            if cfg.token_dense_size else None)
+        conv = cfg.convolution
+        k = conv.kernel_size if conv else 0
+        self.conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=(k - 1) // 2, groups=conv.groups) if conv else None
+        self.conv_activation = make_activation(conv.activation if conv else "tanh")
+        self.conv_norm = make_norm(cfg) if conv else None
+        dense = cfg.sentence_dense
+        self.sentence_dense = nn.Linear(cfg.hidden_size, dense.size, bias=dense.bias) if dense else None
+        self.sentence_activation = make_activation(dense.activation if dense else "identity")
+        head = cfg.classifier
+        hidden = head.dense if head else "none"
+        self.classifier_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size) if hidden != "none" else None
+        self.classifier_activation = make_activation("identity" if hidden == "none" else hidden)
+        self.classifier_norm = make_norm(cfg) if head and head.norm else None
+        self.classifier = nn.Linear(cfg.hidden_size, head.labels) if head else None
+        token = cfg.token_dense
+        self.token_dense = nn.Linear(cfg.hidden_size, token.size, bias=token.bias) if token else None
         self.token_weight = nn.Linear(cfg.hidden_size, 1) if cfg.token_weights else None
 
     def forward(self, inputs, attention_mask, token_type_ids=None):
@@ -133,7 +135,7 @@ class Encoder(nn.Module):
         local_bias, local_rotary = relative, rotary
         disentangled = self.disentangled(n) if self.disentangled is not None else None  # R (2S, F), I (N, N)
         if self.local_layers:  # every bias and table once per call, shared by the layers of its kind
-            window = window_bias(n, cfg.local_window, x)  # (1, 1, N, N)
+            window = window_bias(n, cfg.local_attention.window, x)  # (1, 1, N, N)
             # masked_fill, not add: lowest + a negative bias would overflow to -inf in float16
             local_bias = window if relative is None else relative.masked_fill(window < 0, torch.finfo(x.dtype).min)
             local_rotary = self.rotary_local(n, x.device) if self.rotary_local is not None else rotary
@@ -148,7 +150,8 @@ class Encoder(nn.Module):
         if cfg.norm_position == "pre":
             x = self.norm(x)
         outputs = {"last_hidden_state": x}
-        head_mask = key_mask if cfg.classifier_pad_id < 0 else not_pad_mask(key_mask, inputs, cfg.classifier_pad_id)
+        pad_id = cfg.classifier.pad_id if cfg.classifier else -1
+        head_mask = key_mask if pad_id < 0 else not_pad_mask(key_mask, inputs, pad_id)
         logits = self.classify(x, head_mask) if self.classifier is not None else None
         if cfg.sparse:
             pooled = splade_pool(logits, key_mask, cfg.pooling, cfg.splade_activation)  # (B, V)
@@ -179,7 +182,8 @@ class Encoder(nn.Module):
 
     def classify(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         """logits (B, N, L) per token or (B, L) per sequence from x (B, N, F)."""
-        h = x if self.config.classifier_per_token else pool(x, key_mask, self.config.classifier_pooling)
+        head = self.config.classifier
+        h = x if head.per_token else pool(x, key_mask, head.pooling)
         if self.classifier_dense is not None:
             h = self.classifier_activation(self.classifier_dense(h))
         if self.classifier_norm is not None:

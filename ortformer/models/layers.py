@@ -197,13 +197,14 @@ class RelativePositionBias(nn.Module):
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
-        self.half = cfg.relative_attention_buckets // 2
-        self.max_distance = cfg.relative_attention_max_distance
+        relative = cfg.relative_attention
+        self.half = relative.buckets // 2
+        self.max_distance = relative.max_distance
         distance = torch.arange(self.max_distance + 1)
         # a distance d with the key before the query: no direction offset
-        buckets = relative_position_bucket(-distance, cfg.relative_attention_buckets, self.max_distance)
+        buckets = relative_position_bucket(-distance, relative.buckets, self.max_distance)
         self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
-        self.table = nn.Embedding(cfg.relative_attention_buckets, cfg.num_heads)
+        self.table = nn.Embedding(relative.buckets, cfg.num_heads)
 
     def forward(self, n: int, device: torch.device | None = None) -> torch.Tensor:
         position = torch.arange(n, device=self.table.weight.device)
@@ -261,22 +262,22 @@ class DisentangledPositions(nn.Module):
     """The relative table of disentangled attention (DeBERTa), shared by every layer.
 
     forward(n) -> (R, I): R = norm(table) (2S, F) (the table as stored without
-    disentangled_norm); I (N, N) int64 with I[i, j] = clamp(bucket(i - j) + S, 0, 2S - 1)
-    (bucket(d) = d without log buckets, disentangled_max_distance = 0), looked up in a
+    disentangled.norm); I (N, N) int64 with I[i, j] = clamp(bucket(i - j) + S, 0, 2S - 1)
+    (bucket(d) = d without log buckets, disentangled.max_distance = 0), looked up in a
     bucket table over every distance the model takes (|i - j| < max_positions), computed
     once here: no Log runs in the graph.
     """
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
-        self.span, self.longest = cfg.disentangled_buckets, cfg.max_positions
+        group = cfg.disentangled
+        self.span, self.longest = group.buckets, cfg.max_positions
         distance = torch.arange(-(self.longest - 1), self.longest)  # (2 max_positions - 1,)
-        buckets = (log_bucket(distance, cfg.disentangled_buckets, cfg.disentangled_max_distance)
-                   if cfg.disentangled_max_distance else distance)
+        buckets = log_bucket(distance, group.buckets, group.max_distance) if group.max_distance else distance
         index = (buckets + self.span).clamp(0, 2 * self.span - 1)
         self.register_buffer("index_of_distance", index, persistent=False)
-        self.table = nn.Embedding(2 * cfg.disentangled_buckets, cfg.hidden_size)
-        self.norm = make_norm(cfg) if cfg.disentangled_norm else nn.Identity()
+        self.table = nn.Embedding(2 * group.buckets, cfg.hidden_size)
+        self.norm = make_norm(cfg) if group.norm else nn.Identity()
 
     def forward(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         position = torch.arange(n, device=self.table.weight.device)

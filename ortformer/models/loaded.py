@@ -25,7 +25,7 @@ class Loaded:
     # sentence-transformers prompts: name -> text prepended to each input before tokenizing
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str | None = None  # the prompt used when the caller names none
-    labels: tuple[str, ...] = ()  # the classifier head's label names by id (config.classifier_labels)
+    labels: tuple[str, ...] = ()  # the classifier head's label names by id (config.classifier.labels)
     fetched: Path | None = None  # a hub id's snapshot folder in the cache; None for a local path
     # late interaction (ColBERT, bge-m3): markers, query expansion and skiplist as the folder names them,
     # made token ids with the tokenizer (hf/late_folders.py's LateSpec), or None

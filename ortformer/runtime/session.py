@@ -365,7 +365,7 @@ class Runtime:
         attention_mask (B, N) in {0, 1}, default ones; token_type_ids (B, N), default zeros.
         numpy arrays or nested lists. Returns {"last_hidden_state": (B, N, F) float32,
         "sentence_embedding": (B, S) float32 (only when the model pools; S = config.sentence_size),
-        "logits": (B, L) or per token (B, N, L) float32 (only with a classifier; L = config.classifier_labels)}.
+        "logits": (B, L) or per token (B, N, L) float32 (only with a classifier; L = config.num_labels)}.
         out: a writable float32 (B, N, F) array or numpy.memmap that receives
         last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
         """
@@ -524,7 +524,7 @@ class Runtime:
             return contract.SENTENCE_EMBEDDING if self.pools else contract.LAST_HIDDEN_STATE
         if output not in self.output_names:
             raise InputError(f"output {output!r} is not one of this model's outputs {self.output_names} "
-                             f"(pooling={self.config.pooling!r}, classifier_labels={self.config.classifier_labels})")
+                             f"(pooling={self.config.pooling!r}, classifier labels={self.config.num_labels})")
         return output
 
     def _checked_sequence(self, index: int, sequence: Any, types: Any = None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -34,8 +34,8 @@ def _kind(runtime: Runtime) -> str:
     cfg = runtime.config
     if cfg.sparse:
         return "sparse"
-    if contract.LOGITS in runtime.output_names and not cfg.classifier_per_token:
-        return "reranker" if cfg.classifier_labels == 1 else "classifier"
+    if contract.LOGITS in runtime.output_names and not cfg.per_token_logits:
+        return "reranker" if cfg.num_labels == 1 else "classifier"
     return "embedding" if runtime.pools else "tokens"
 
 
@@ -57,7 +57,7 @@ class ServedModel:
             self.encoder = TextEncoder(runtime.tokenizer_path(), runtime.text_lowercase)
         # ColBERT / bge-m3: per-token vectors or lexical weights, read through runtime/late.py
         self.late_interaction = bool({contract.TOKEN_EMBEDDINGS, contract.SPARSE} & set(runtime.output_names))
-        self.labels = runtime.labels or [f"LABEL_{i}" for i in range(runtime.config.classifier_labels)]
+        self.labels = runtime.labels or [f"LABEL_{i}" for i in range(runtime.config.num_labels)]
 
     # what each route needs of the model ------------------------------------------------------
 

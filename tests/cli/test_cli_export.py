@@ -57,12 +57,43 @@ def test_variant_flags_reach_the_config(tmp_path):
                              "--no-parity", "-o", tmp_path / "m.onnx", "--json").stdout)
     config = data["config"]
     assert (config["ffn_gated"], config["activation"], config["bias"]) == (True, "silu", False)
-    assert (config["relative_attention_buckets"], config["relative_attention_max_distance"]) == (8, 12)
-    assert (config["positions"], config["rotary_theta"], config["rotary_theta_local"]) == ("rotary", 160000.0, 10000.0)
-    assert (config["local_window"], config["global_every"]) == (8, 3)
+    # the flags keep format 1's names; the report's config is format 2, each group an object
+    assert config["format"] == 2
+    assert config["relative_attention"] == {"buckets": 8, "max_distance": 12}
+    assert (config["positions"], config["rotary_theta"]) == ("rotary", 160000.0)
+    assert config["local_attention"] == {"window": 8, "global_every": 3, "global_offset": 0, "rotary_theta": 10000.0}
     stderr = fail("export", "--preset", "tiny", "--attention", "linear", "--relative-buckets", "8",
                   "-o", tmp_path / "x.onnx")
     assert "needs attention='softmax'" in stderr and not (tmp_path / "x.onnx").exists()
+
+
+def test_print_config_is_format_2_and_config_files_may_be_either_format(tmp_path):
+    printed = json.loads(invoke("export", "--preset", "tiny", "--local-window", "8", "--global-every", "3",
+                                "--print-config").stdout)
+    assert printed["format"] == 2 and printed["classifier"] is None and "local_window" not in printed
+    assert printed["local_attention"] == {"window": 8, "global_every": 3, "global_offset": 0, "rotary_theta": 0.0}
+    # the printed config is a config file that gives the same config back
+    (tmp_path / "v2.json").write_text(json.dumps(printed))
+    assert json.loads(invoke("export", "--config", tmp_path / "v2.json", "--print-config").stdout) == printed
+    # format 1's flat names, with and without "format": the same config
+    flat = {"name": "tiny", "vocab_size": 100, "hidden_size": 32, "num_layers": 2, "ffn_size": 64, "max_positions": 64,
+            "type_vocab_size": 2, "norm_eps": 1e-5, "local_window": 8, "global_every": 3}
+    for data in (flat, {"format": 1, **flat}):
+        (tmp_path / "v1.json").write_text(json.dumps(data))
+        assert json.loads(invoke("export", "--config", tmp_path / "v1.json", "--print-config").stdout) == printed
+    # a flag merges into the group a format-2 file set
+    (tmp_path / "group.json").write_text(json.dumps({"format": 2, "classifier": {"labels": 3, "dense": "tanh"}}))
+    cfg = config_from_options("tiny", str(tmp_path / "group.json"), {"vocab": None, "layers": 1})
+    assert (cfg.classifier.labels, cfg.classifier.dense, cfg.num_layers) == (3, "tanh", 1)
+    merged = json.loads(invoke("export", "--config", tmp_path / "group.json", "--global-every", "2", "--local-window",
+                               "4", "--print-config").stdout)
+    assert merged["classifier"]["dense"] == "tanh" and merged["local_attention"]["window"] == 4
+    # a group's flag without its switch does nothing, so it is refused (a file of format 1 may hold one)
+    assert "global_every shapes local_attention; with local_window=0" in fail("export", "--preset", "tiny",
+                                                                              "--global-every", "3", "--print-config")
+    (tmp_path / "bad.json").write_text(json.dumps({"format": 2, "classifier": {"labels": 3, "bias": True}}))
+    assert "unknown key(s) ['bias'] in config classifier" in fail("export", "--config", tmp_path / "bad.json",
+                                                                  "--print-config")
 
 
 def test_vocab_zero_alone_means_float_features(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ortformer import contract
-from ortformer.config import preset
+from ortformer.config import LocalAttention, RelativeAttention, preset
 from ortformer.errors import ExportError, ParityError
 from ortformer.exporter import GATES, export, grid
 from ortformer.parity import example_shape
@@ -31,18 +31,19 @@ COVERING = [
     dict(attention="efficient", positions="rotary", ffn_gated=True, activation="gelu_tanh", bias=False),
     dict(attention="cosine", positions="rotary", ffn_gated=True, activation="silu", bias=False, norm="rmsnorm"),
     # softmax only: a relative position bias (the grid's 64 tokens pass max_distance)
-    dict(attention="softmax", relative_attention_buckets=8, relative_attention_max_distance=12, positions="none",
+    dict(attention="softmax", relative_attention=RelativeAttention(buckets=8, max_distance=12), positions="none",
          norm_position="pre"),
     # softmax only: local windows with a global layer every k (rotary with its own local theta, GeGLU,
     # no biases, pre-norm; Gemma-like: sandwich norms, the global layer second), and a window over a relative bias
-    dict(attention="softmax", positions="rotary", rotary_theta=160000.0, rotary_theta_local=10000.0, local_window=6,
-         global_every=2, global_offset=1, num_layers=3, ffn_gated=True, bias=False, norm_position="pre",
-         sandwich_norm=True),
-    dict(attention="softmax", positions="none", local_window=5, global_every=2, relative_attention_buckets=8,
-         relative_attention_max_distance=12),
+    dict(attention="softmax", positions="rotary", rotary_theta=160000.0,
+         local_attention=LocalAttention(window=6, global_every=2, global_offset=1, rotary_theta=10000.0), num_layers=3,
+         ffn_gated=True, bias=False, norm_position="pre", sandwich_norm=True),
+    dict(attention="softmax", positions="none", local_attention=LocalAttention(window=5, global_every=2),
+         relative_attention=RelativeAttention(buckets=8, max_distance=12)),
     # causal sliding windows in every layer (a decoder's: Mistral, Gemma 2), the grid's lengths past them
-    dict(attention="softmax", positions="rotary", causal=True, local_window=7, global_every=3, global_offset=2,
-         num_layers=2, ffn_gated=True, activation="silu", bias=False, norm="rmsnorm", norm_position="pre", num_kv_heads=2),
+    dict(attention="softmax", positions="rotary", causal=True,
+         local_attention=LocalAttention(window=7, global_every=3, global_offset=2), num_layers=2, ffn_gated=True,
+         activation="silu", bias=False, norm="rmsnorm", norm_position="pre", num_kv_heads=2),
 ]
 
 
@@ -230,9 +231,9 @@ def test_quantize_needs_a_float32_export(tmp_path):
 
 
 @pytest.mark.parametrize("overrides", [dict(ffn_gated=True, activation="gelu_tanh", bias=False, positions="rotary",
-                                            local_window=4, global_every=2),
-                                       dict(activation="silu", ffn_gated=True, relative_attention_buckets=8,
-                                            relative_attention_max_distance=12)])
+                                            local_attention=LocalAttention(window=4, global_every=2)),
+                                       dict(activation="silu", ffn_gated=True,
+                                            relative_attention=RelativeAttention(buckets=8, max_distance=12))])
 def test_new_feed_forwards_export_with_standard_ops_too(overrides, tmp_path):
     path = tmp_path / "plain.onnx"
     export(preset("tiny", **overrides), path, fused_ops=False)  # passes the gate
@@ -250,7 +251,7 @@ def test_fused_ops_are_contrib_kernels_and_can_be_turned_off(tmp_path):
 
 
 def test_relative_bias_is_the_fused_kernels_attention_bias_input(tmp_path):
-    cfg = preset("tiny", relative_attention_buckets=8, relative_attention_max_distance=12)
+    cfg = preset("tiny", relative_attention=RelativeAttention(buckets=8, max_distance=12))
     path = tmp_path / "m.onnx"
     export(cfg, path, parity=False)
     model = onnx.load(str(path))
@@ -262,7 +263,7 @@ def test_relative_bias_is_the_fused_kernels_attention_bias_input(tmp_path):
 
 
 def test_local_layers_get_the_window_as_attention_bias_and_global_layers_none(tmp_path):
-    cfg = preset("tiny", local_window=4, global_every=2, num_layers=4, positions="rotary")
+    cfg = preset("tiny", local_attention=LocalAttention(window=4, global_every=2), num_layers=4, positions="rotary")
     path = tmp_path / "m.onnx"
     export(cfg, path, parity=False)
     nodes = onnx.load(str(path)).graph.node
@@ -310,7 +311,7 @@ def test_check_file_holds_the_graph_to_the_contract(tokens_model, tmp_path):
 
 def test_rotary_and_relative_tables_come_from_the_position_index(tmp_path):
     """A million-position model stores nothing per position (a sinusoid table would be 128 MB here)."""
-    cfg = preset("tiny", positions="rotary", relative_attention_buckets=8, relative_attention_max_distance=12,
+    cfg = preset("tiny", positions="rotary", relative_attention=RelativeAttention(buckets=8, max_distance=12),
                  max_positions=1 << 20)
     path, short = tmp_path / "m.onnx", tmp_path / "short.onnx"
     export(cfg, path, parity=False)

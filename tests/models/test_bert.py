@@ -217,7 +217,7 @@ def test_tiny_bert_layouts_match_transformers(tmp_path, head, fmt, act):
     if head in head_prefix:  # heads an encoder does not use are set aside, by name
         assert any(name.startswith(head_prefix[head]) for name in imported.dropped)
     if head.endswith("Classification"):  # a classifier keeps its head (test_classifier_heads.py)
-        assert imported.config.classifier_labels == 2 and not [n for n in imported.dropped if "classifier" in n]
+        assert imported.config.num_labels == 2 and not [n for n in imported.dropped if "classifier" in n]
 
 
 def test_half_precision_folder_is_upcast(tmp_path):

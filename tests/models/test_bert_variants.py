@@ -64,7 +64,7 @@ def test_prelayernorm_normalises_twice_ahead_of_layer_zero(tmp_path):
 def test_sequence_classifiers_keep_their_heads(kind, tmp_path):
     folder = saved(kind, tmp_path / "m", seed=4, task="ForSequenceClassification", num_labels=3)
     loaded = load_any(folder)
-    assert loaded.config.classifier_labels == 3 and not loaded.dropped
+    assert loaded.config.num_labels == 3 and not loaded.dropped
     model = getattr(transformers, kind + "ForSequenceClassification").from_pretrained(folder).eval()
     ids = torch.tensor([[5, 17, 9, 30, 2, 1], [5, 8, 2, 1, 1, 1]])
     mask = (ids != 1).long()

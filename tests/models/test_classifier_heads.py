@@ -12,7 +12,7 @@ import torch
 from support.hf import cases, inputs_for, transformers
 
 from ortformer import contract
-from ortformer.config import EncoderConfig, preset
+from ortformer.config import Classifier, EncoderConfig, preset
 from ortformer.cost import parameter_count
 from ortformer.errors import CheckpointError, ConfigError, ExportError, InputError, ModelFileError
 from ortformer.exporter import export
@@ -81,7 +81,8 @@ def test_eager_logits_equal_transformers(tmp_path, family, task):
     loaded = load_any(tmp_path / "m")
     cfg = loaded.config
     per_token = task == "TokenClassification"
-    assert (cfg.classifier_labels, cfg.classifier_per_token) == (3, per_token)
+    assert (cfg.num_labels, cfg.per_token_logits) == (3, per_token)
+    assert (cfg.classifier.labels, cfg.classifier.per_token) == (3, per_token)
     assert loaded.labels == ("negative", "neutral", "positive")
     assert not [d for d in loaded.dropped if "classifier" in d]  # the head is used, not dropped
     pad_id = config.pad_token_id or 0
@@ -231,7 +232,7 @@ def test_deberta_pooler_activation_takes_transformers_names(tmp_path):
     config_file = tmp_path / "m" / "config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "pooler_hidden_act": "gelu_new"}))
     loaded = load_any(tmp_path / "m")
-    assert loaded.config.classifier_dense == "gelu_tanh"
+    assert loaded.config.classifier.dense == "gelu_tanh"
     theirs = transformers.DebertaV2ForSequenceClassification.from_pretrained(str(tmp_path / "m")).eval()
     feeds = {"input_ids": np.array([[1, 5, 9, 13, 2]]), "attention_mask": np.ones((1, 5), dtype=np.int64)}
     with torch.no_grad():
@@ -240,24 +241,24 @@ def test_deberta_pooler_activation_takes_transformers_names(tmp_path):
 
 
 def test_native_classifier_configs_export_and_are_checked(tmp_path):
-    for overrides in ({"classifier_labels": 4, "classifier_dense": "tanh", "classifier_pooling": "mean"},
-                      {"classifier_labels": 2, "classifier_per_token": True, "pooling": "none"},
-                      {"classifier_labels": 1, "classifier_dense": "gelu"},
-                      {"classifier_labels": 3, "classifier_per_token": True, "classifier_dense": "silu",
-                       "classifier_norm": True}):
+    for overrides in ({"classifier": Classifier(labels=4, dense="tanh", pooling="mean")},
+                      {"classifier": Classifier(labels=2, per_token=True), "pooling": "none"},
+                      {"classifier": Classifier(labels=1, dense="gelu")},
+                      {"classifier": Classifier(labels=3, per_token=True, dense="silu", norm=True)}):
         cfg = preset("tiny", **overrides)
         assert parameter_count(cfg) == sum(p.numel() for p in build_encoder(cfg).parameters())
         assert EncoderConfig.from_json(cfg.to_json()) == cfg
-    with pytest.raises(ConfigError, match="classifier_labels=-1 must be >= 0"):
-        preset("tiny", classifier_labels=-1)
-    with pytest.raises(ConfigError, match="classifier_norm=True normalises the classifier's hidden Dense"):
-        preset("tiny", classifier_labels=2, classifier_norm=True)
-    with pytest.raises(ConfigError, match="classifier_dense, classifier_norm shape a classifier head; with "
+    with pytest.raises(ConfigError, match="classifier.labels=-1 must be >= 1"):
+        preset("tiny", classifier=Classifier(labels=-1))
+    with pytest.raises(ConfigError, match="classifier.norm=True normalises the classifier's hidden Dense"):
+        preset("tiny", classifier=Classifier(labels=2, norm=True))
+    # a head's fields without the head: only format 1 can spell that, and its reader refuses it
+    with pytest.raises(ConfigError, match="classifier_dense, classifier_norm shape classifier; with "
                                           "classifier_labels=0 there is none"):
-        preset("tiny", classifier_dense="tanh", classifier_norm=True)
-    with pytest.raises(ConfigError, match="classifier_pooling='none' is not valid"):
-        preset("tiny", classifier_labels=2, classifier_pooling="none")
-    model = build_encoder(preset("tiny", classifier_labels=2, classifier_dense="relu"))
+        EncoderConfig.from_dict({"format": 1, "classifier_dense": "tanh", "classifier_norm": True})
+    with pytest.raises(ConfigError, match="classifier.pooling='none' is not valid"):
+        preset("tiny", classifier=Classifier(labels=2, pooling="none"))
+    model = build_encoder(preset("tiny", classifier=Classifier(labels=2, dense="relu")))
     with pytest.raises(ExportError, match="labels names 3 label"):
         export(model, tmp_path / "bad.onnx", labels=("a", "b", "c"))
     path = export(model, tmp_path / "c.onnx").path
@@ -269,7 +270,7 @@ def test_native_classifier_configs_export_and_are_checked(tmp_path):
 def test_bad_label_metadata_and_heads_are_refused(tmp_path):
     import onnx
 
-    model = build_encoder(preset("tiny", classifier_labels=2))
+    model = build_encoder(preset("tiny", classifier=Classifier(labels=2)))
     path = export(model, tmp_path / "c.onnx", labels=("no", "yes")).path
     for value, why in [("[\"only one\"]", "names 1 label"), ("{}", "JSON list of label names"), ("[1, 2]", "strings")]:
         proto = onnx.load(str(path))
@@ -363,7 +364,8 @@ def test_one_logit_heads_are_gated_on_the_scores_not_their_signs():
 
 
 def test_embed_takes_token_types_checked_as_run_checks_them(tmp_path):
-    runtime = Runtime(export(build_encoder(preset("tiny", classifier_labels=2)), tmp_path / "t.onnx").path, "cpu")
+    runtime = Runtime(export(build_encoder(preset("tiny", classifier=Classifier(labels=2))), tmp_path / "t.onnx").path,
+                      "cpu")
     sequences, types = [[5, 6, 7], [8, 9]], [[0, 1, 1], [0, 1]]
     got = runtime.embed(sequences, output="logits", token_types=types)
     for i, (ids, kinds) in enumerate(zip(sequences, types)):  # each as run() scores it alone

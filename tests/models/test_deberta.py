@@ -6,6 +6,7 @@ import pytest
 from support.hf import (assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers,
                         with_config)
 
+from ortformer.config import Disentangled
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 
@@ -30,8 +31,7 @@ def test_v1_layout_eager_and_onnx_equal_transformers(saved, tmp_path):
     loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "deberta" and cfg.positions == "none"
-    assert (cfg.disentangled_buckets, cfg.disentangled_max_distance) == (24, 0)
-    assert (cfg.disentangled_projections, cfg.disentangled_norm) == ("separate", False)
+    assert cfg.disentangled == Disentangled(buckets=24, max_distance=0, projections="separate", norm=False)
     assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
 
 
@@ -40,7 +40,7 @@ def test_distances_past_max_relative_positions_are_clamped(tmp_path):
     config = tiny_config(max_relative_positions=6, position_biased_input=True, type_vocab_size=2, hidden_act="relu")
     folder = save_hf(transformers.DebertaModel, config, tmp_path / "m", seed=2)
     loaded = load_any(folder)
-    assert (loaded.config.disentangled_buckets, loaded.config.positions, loaded.config.type_vocab_size) == (
+    assert (loaded.config.disentangled.buckets, loaded.config.positions, loaded.config.type_vocab_size) == (
         6, "learned", 2)
     assert max(c.sequence for c in cases(loaded.config)) > 12
     assert_matches_transformers(loaded, hf_reference(transformers.DebertaModel, folder), None, pad_id=0)
@@ -66,7 +66,7 @@ def test_sequence_classifier_keeps_its_pooler_and_labels(tmp_path):
     folder = save_hf(transformers.DebertaForSequenceClassification, config, tmp_path / "m", seed=3)
     loaded = load_any(folder)  # the head's ONNX path is the other families' (test_classifier_heads.py)
     cfg = loaded.config
-    assert (cfg.classifier_labels, cfg.classifier_dense, cfg.classifier_per_token) == (3, "gelu_tanh", False)
+    assert (cfg.classifier.labels, cfg.classifier.dense, cfg.classifier.per_token) == (3, "gelu_tanh", False)
     assert loaded.labels == ("neg", "neu", "pos")
     import torch
 
@@ -119,8 +119,7 @@ def test_v2_folders_with_v1_relative_attention_equal_transformers(tmp_path):
     folder = save_hf(transformers.DebertaV2Model, config, tmp_path / "m", seed=4)
     loaded = load_any(folder)  # eager: the ONNX path is v1's, exported above
     cfg = loaded.config
-    assert (cfg.disentangled_buckets, cfg.disentangled_max_distance, cfg.disentangled_projections,
-            cfg.disentangled_norm) == (10, 0, "separate", False)
+    assert cfg.disentangled == Disentangled(buckets=10, max_distance=0, projections="separate", norm=False)
     assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
 
 

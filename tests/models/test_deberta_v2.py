@@ -5,6 +5,7 @@ import pytest
 from support.hf import (assert_matches_transformers, assert_sentence_transformers_parity, cases, hf_reference,
                         load_and_export, save_hf, transformers, with_config)
 
+from ortformer.config import Convolution, Disentangled
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 
@@ -30,7 +31,7 @@ def test_v3_layout_eager_and_onnx_equal_transformers(saved, tmp_path):
     loaded, path = load_and_export(saved[0], tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "deberta-v2" and (cfg.positions, cfg.type_vocab_size) == ("none", 0)
-    assert (cfg.disentangled_buckets, cfg.disentangled_max_distance) == (8, 64)
+    assert cfg.disentangled == Disentangled(buckets=8, max_distance=64, projections="shared", norm=True)
     # lengths past the exact buckets (|i - j| > 4), so the logarithmic ones are exercised
     assert max(c.sequence for c in cases(cfg)) > 16
     assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
@@ -41,7 +42,7 @@ def test_v2_layout_with_absolute_positions_types_and_heads(tmp_path):
                          max_relative_positions=40, pos_att_type="p2c|c2p", hidden_act="relu")
     folder = save_hf(transformers.DebertaV2ForMaskedLM, config, tmp_path / "m", seed=2)
     loaded = load_any(folder)
-    assert (loaded.config.positions, loaded.config.type_vocab_size, loaded.config.disentangled_max_distance) == (
+    assert (loaded.config.positions, loaded.config.type_vocab_size, loaded.config.disentangled.max_distance) == (
         "learned", 2, 40)
     assert loaded.dropped and all(n.startswith(("lm_predictions.", "cls.")) for n in loaded.dropped)
     assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
@@ -61,8 +62,8 @@ def test_the_convolution_after_the_first_layer_equals_transformers(tmp_path, con
     folder = save_hf(transformers.DebertaV2Model, tiny_config(**conv), tmp_path / "m", seed=5)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx") if onnx else (load_any(folder), None)
     cfg = loaded.config
-    assert (cfg.conv_kernel_size, cfg.conv_groups) == (conv["conv_kernel_size"], conv.get("conv_groups", 1))
-    assert cfg.conv_activation == ("gelu" if "conv_act" in conv else "tanh")
+    assert cfg.convolution == Convolution(kernel_size=conv["conv_kernel_size"], groups=conv.get("conv_groups", 1),
+                                          activation="gelu" if "conv_act" in conv else "tanh")
     assert assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), path, pad_id=0) >= 12
 
 
@@ -70,7 +71,7 @@ def test_more_buckets_than_positions_uses_exact_buckets_only(tmp_path):
     # 256 buckets (mid 128) over 64 positions: every distance is exact, the log part never runs
     folder = save_hf(transformers.DebertaV2Model, tiny_config(position_buckets=256), tmp_path / "m", seed=3)
     loaded = load_any(folder)
-    assert (loaded.config.disentangled_buckets, loaded.config.disentangled_max_distance) == (256, 64)
+    assert (loaded.config.disentangled.buckets, loaded.config.disentangled.max_distance) == (256, 64)
     assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
 
 
@@ -79,7 +80,7 @@ def test_without_relative_attention_the_scale_still_counts_the_terms(tmp_path):
     config = tiny_config(relative_attention=False, position_biased_input=True, pos_att_type="p2c|c2p")
     folder = save_hf(transformers.DebertaV2Model, config, tmp_path / "m", seed=5)
     loaded = load_any(folder)
-    assert loaded.config.disentangled_buckets == 0 and loaded.config.positions == "learned"
+    assert loaded.config.disentangled is None and loaded.config.positions == "learned"
     assert_matches_transformers(loaded, hf_reference(transformers.DebertaV2Model, folder), None, pad_id=0)
 
 
@@ -113,7 +114,7 @@ def test_log_buckets_equal_transformers():
     ({"pos_att_type": ["c2p"]}, r"pos_att_type=\['c2p'\] is not supported"),
     ({"position_buckets": "8"}, "position_buckets='8' must be an int"),
     ({"conv_kernel_size": 3, "conv_act": "quick_gelu"}, "conv_act='quick_gelu' is not supported"),
-    ({"conv_kernel_size": 4}, "conv_kernel_size=4 must be 0 \\(none\\) or odd"),
+    ({"conv_kernel_size": 4}, "convolution.kernel_size=4 must be odd"),
     ({"embedding_size": 16}, "embedding_size=16 != hidden_size=32"),
     ({"pos_att_type": 5}, "pos_att_type=5 must be a list"),
     ({"hidden_size": 30, "num_attention_heads": 4}, "attention_head_size=7 x 4 heads != hidden_size=30"),

@@ -4,7 +4,7 @@ parameter counts, and the export parity gate."""
 import pytest
 import torch
 
-from ortformer.config import preset
+from ortformer.config import Disentangled, EncoderConfig, SentenceDense, preset
 from ortformer.cost import parameter_count
 from ortformer.errors import ConfigError
 from ortformer.exporter import export
@@ -33,10 +33,10 @@ VARIANTS = [
     dict(norm_position="pre", embedding_norm=True, first_block_norm=True, position_offset=2, position_ids="kept"),
     dict(norm_position="pre", embedding_norm=True, embedding_size=16, positions="sinusoidal", attention="linear"),
     dict(norm_position="pre", position_offset=1, position_ids="kept", attention="efficient", pooling="last"),
-    dict(sentence_dense_size=8, sentence_dense_activation="tanh", pooling="mean", normalize_embeddings=True),
-    dict(disentangled_buckets=8, disentangled_max_distance=20, positions="none", pooling="max"),
-    dict(disentangled_buckets=6, disentangled_max_distance=0, disentangled_projections="separate",
-         disentangled_norm=False, positions="none", pooling="mean"),
+    dict(sentence_dense=SentenceDense(size=8, activation="tanh"), pooling="mean", normalize_embeddings=True),
+    dict(disentangled=Disentangled(buckets=8, max_distance=20), positions="none", pooling="max"),
+    dict(disentangled=Disentangled(buckets=6, max_distance=0, projections="separate", norm=False), positions="none",
+         pooling="mean"),
     dict(attention_head_size=12, pooling="mean"),
     dict(attention_head_size=6, num_heads=3, attention="cosine", hidden_size=30, positions="none"),
 ]
@@ -110,8 +110,8 @@ def test_parameter_count_matches_the_module(overrides):
 
 
 def test_sentence_dense_head_maps_the_pooled_vector():
-    cfg = preset("tiny", sentence_dense_size=8, sentence_dense_activation="tanh", sentence_dense_bias=False,
-                 pooling="cls", normalize_embeddings=True)
+    cfg = preset("tiny", sentence_dense=SentenceDense(size=8, activation="tanh", bias=False), pooling="cls",
+                 normalize_embeddings=True)
     model = build_encoder(cfg, seed=1)
     assert model.sentence_dense.weight.shape == (8, cfg.hidden_size) and model.sentence_dense.bias is None
     x, mask = make_inputs(cfg, 2, 5, seed=2), torch.ones(2, 5, dtype=torch.long)
@@ -128,12 +128,12 @@ def test_disentangled_buckets_follow_debertas_formula():
     d = torch.tensor([0, 1, -3, 4, -4, 5, 9, -19, 40])
     want = [0, 1, -3, 4, -4, 5, 6, -7, 9]  # 9 > S: the index clamps it to 2S - 1
     assert log_bucket(d, 8, 20).tolist() == want
-    cfg = preset("tiny", disentangled_buckets=8, disentangled_max_distance=20, positions="none")
+    cfg = preset("tiny", disentangled=Disentangled(buckets=8, max_distance=20), positions="none")
     table, index = DisentangledPositions(cfg)(6)
     assert table.shape == (16, cfg.hidden_size) and index.shape == (6, 6)
     assert index[5, 0] == 8 + 5 and index[0, 5] == 8 - 5 and (index.diagonal() == 8).all()
     # no log buckets (DeBERTa v1): I = clamp(i - j + S, 0, 2S - 1), the table read as stored
-    cfg = preset("tiny", disentangled_buckets=3, disentangled_max_distance=0, disentangled_norm=False, positions="none")
+    cfg = preset("tiny", disentangled=Disentangled(buckets=3, max_distance=0, norm=False), positions="none")
     positions = DisentangledPositions(cfg)
     table, index = positions(6)
     assert torch.equal(table, positions.table.weight)
@@ -163,19 +163,27 @@ def test_last_and_max_pooling_by_hand():
     (dict(embedding_norm=True), "pre-norm"),
     (dict(position_offset=64), "leaves no row"),
     (dict(position_ids="kept", positions="none"), "learned position table"),
-    (dict(sentence_dense_size=8, pooling="none"), "with pooling='none' there is none"),
-    (dict(disentangled_buckets=8, disentangled_max_distance=5), "disentangled_max_distance > buckets // 2 \\+ 1"),
-    (dict(disentangled_buckets=8, attention="linear"), "needs attention='softmax'"),
-    (dict(disentangled_projections="separate"), "with disentangled_buckets=0 there is none"),
-    (dict(disentangled_norm=False), "with disentangled_buckets=0 there is none"),
-    (dict(disentangled_buckets=8, disentangled_projections="own"), "disentangled_projections"),
-    (dict(disentangled_buckets=8, disentangled_max_distance=-1), "disentangled_max_distance=-1 must be >= 0"),
-    (dict(disentangled_buckets=8, relative_attention_buckets=32), "disentangled_buckets with relative_attention_buckets"),
-    (dict(disentangled_buckets=8, positions="rotary"), "disentangled_buckets with positions='rotary'"),
+    # groups as their JSON objects: a group's class would raise while the list is collected
+    (dict(sentence_dense={"size": 8}, pooling="none"), "with pooling='none' there is none"),
+    (dict(disentangled={"buckets": 8, "max_distance": 5}), "needs max_distance > buckets // 2 \\+ 1 \\(got 5\\)"),
+    (dict(disentangled={"buckets": 8}, attention="linear"), "disentangled needs attention='softmax'"),
+    (dict(disentangled={"buckets": 8, "projections": "own"}), "disentangled.projections='own' is not valid"),
+    (dict(disentangled={"buckets": 8, "max_distance": -1}), "disentangled.max_distance=-1 must be >= 0"),
+    (dict(disentangled={"buckets": 8}, relative_attention={"buckets": 32}), "disentangled with relative_attention"),
+    (dict(disentangled={"buckets": 8}, positions="rotary"), "disentangled with positions='rotary'"),
 ])
 def test_invalid_combinations_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         preset("tiny", **overrides)
+
+
+@pytest.mark.parametrize("flat", [dict(disentangled_projections="separate"), dict(disentangled_norm=False)])
+def test_a_format_1_file_shaping_disentangled_attention_without_buckets_is_refused(flat):
+    # only format 1's flat fields can shape a disentangled attention that is off
+    with pytest.raises(ConfigError, match="shapes disentangled; with disentangled_buckets=0 there is none"):
+        EncoderConfig.from_dict({"format": 1, **flat})
+    assert EncoderConfig.from_dict({"format": 1, "disentangled_buckets": 8, **flat}).disentangled == Disentangled(
+        buckets=8, **{name[len("disentangled_"):]: value for name, value in flat.items()})
 
 
 @pytest.mark.parametrize("overrides", VARIANTS[:5] + VARIANTS[-4:], ids=IDS[:5] + IDS[-4:])

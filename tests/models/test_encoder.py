@@ -3,7 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ortformer.config import ACTIVATIONS, ATTENTION_KINDS, preset
+import dataclasses
+
+from ortformer.config import ACTIVATIONS, ATTENTION_KINDS, Convolution, LocalAttention, RelativeAttention, preset
 from ortformer.cost import parameter_breakdown, parameter_count
 from ortformer.models import build_encoder
 
@@ -24,18 +26,18 @@ def variants():
     # softmax-only variants: a relative position bias (buckets 8, so the grid's lengths
     # reach the logarithmic buckets and beyond max_distance)
     for base, positions in zip(combos[0:8:4], ["none", "learned"]):
-        combos.append({**base, "positions": positions, "relative_attention_buckets": 8,
-                       "relative_attention_max_distance": 6})
+        combos.append({**base, "positions": positions, "relative_attention": RelativeAttention(buckets=8, max_distance=6)})
     # local windows with global layers every k (softmax only), alone, with rotary and its own
     # local theta (and Gemma's sandwich norms, the global layer last), and with a relative bias;
     # 3 layers: global, local, local (local, local, global with global_offset 2)
     assert combos[4]["norm_position"] == "pre"  # sandwich norms are pre-norm's
-    for base, extra in zip(combos[0:12:4], [dict(positions="none"),
-                                            dict(positions="rotary", rotary_theta_local=100.0, sandwich_norm=True,
-                                                 global_offset=2),
-                                            dict(positions="none", relative_attention_buckets=8,
-                                                 relative_attention_max_distance=6)]):
-        combos.append({**base, **extra, "local_window": 2, "global_every": 3, "num_layers": 3})
+    local = LocalAttention(window=2, global_every=3)
+    for base, extra in zip(combos[0:12:4], [dict(positions="none", local_attention=local),
+                                            dict(positions="rotary", sandwich_norm=True, local_attention=LocalAttention(
+                                                window=2, global_every=3, global_offset=2, rotary_theta=100.0)),
+                                            dict(positions="none", local_attention=local,
+                                                 relative_attention=RelativeAttention(buckets=8, max_distance=6))]):
+        combos.append({**base, **extra, "num_layers": 3})
     # rotary positions, for every attention kind in both norm positions
     combos += [{**base, "positions": "rotary"} for base in combos[8:16]]
     # causal softmax with rotary positions, per-head q/k norms, scaled angles and grouped-query attention
@@ -45,28 +47,30 @@ def variants():
                 "num_kv_heads": 2},
                {**combos[1], "num_kv_heads": 1},
                {**combos[0], "token_dropout_id": 7}]
-    # causal sliding windows (Mistral's, Gemma 2 / 3's: i - w < j <= i is local_window 2w - 1), every layer
+    # causal sliding windows (Mistral's, Gemma 2 / 3's: i - w < j <= i is window 2w - 1), every layer
     # local (global_every past the last layer), and local between global ones with their own theta
-    combos += [{**combos[4], "positions": "rotary", "causal": True, "local_window": 5, "global_every": 4,
-                "global_offset": 3, "num_layers": 3},
-               {**combos[4], "positions": "rotary", "causal": True, "local_window": 3, "global_every": 2,
-                "rotary_theta_local": 100.0, "num_layers": 3}]
+    combos += [{**combos[4], "positions": "rotary", "causal": True,
+                "local_attention": LocalAttention(window=5, global_every=4, global_offset=3), "num_layers": 3},
+               {**combos[4], "positions": "rotary", "causal": True,
+                "local_attention": LocalAttention(window=3, global_every=2, rotary_theta=100.0), "num_layers": 3}]
     # DeBERTa-v2's convolution after the first layer, softmax and linear
-    combos += [{**combos[0], "conv_kernel_size": 3, "conv_activation": "gelu"},
-               {**combos[1], "conv_kernel_size": 5, "conv_groups": 2}]
+    combos += [{**combos[0], "convolution": Convolution(kernel_size=3, activation="gelu")},
+               {**combos[1], "convolution": Convolution(kernel_size=5, groups=2)}]
     # ALiBi (JinaBERT), alone and under local windows (softmax, bidirectional)
     assert combos[0]["attention"] == "softmax"
     combos += [{**combos[0], "positions": "alibi"},
-               {**combos[4], "positions": "alibi", "local_window": 2, "global_every": 3, "num_layers": 3}]
+               {**combos[4], "positions": "alibi", "local_attention": local, "num_layers": 3}]
     # soft-capped softmax scores (Gemma 2): bidirectional alone and under local windows, causal with rotary
     combos += [{**combos[0], "attention_softcap": 0.5},
-               {**combos[4], "attention_softcap": 0.5, "local_window": 2, "global_every": 3, "num_layers": 3},
+               {**combos[4], "attention_softcap": 0.5, "local_attention": local, "num_layers": 3},
                {**combos[4], "positions": "rotary", "causal": True, "attention_softcap": 2.0}]
     return combos
 
 
 VARIANTS = variants()
-IDS = ["-".join(str(v) for v in c.values()) for c in VARIANTS]
+# a group by its field values (local_attention 2-3-0-0.0), not its dataclass repr
+IDS = ["-".join("-".join(map(str, dataclasses.astuple(v))) if dataclasses.is_dataclass(v) else str(v)
+                for v in c.values()) for c in VARIANTS]
 
 
 def make_inputs(cfg, b, n, seed=0):
@@ -85,8 +89,8 @@ def forward(model, x, mask, types=None):
 
 def test_covering_set_covers_every_option():
     seen = {key: {c.get(key) for c in VARIANTS} for key in VARIANTS[0]}
-    assert {c["attention"] for c in VARIANTS if c.get("relative_attention_buckets")} == {"softmax"}
-    assert {c["attention"] for c in VARIANTS if c.get("local_window")} == {"softmax"}
+    assert {c["attention"] for c in VARIANTS if c.get("relative_attention")} == {"softmax"}
+    assert {c["attention"] for c in VARIANTS if c.get("local_attention")} == {"softmax"}
     assert {(c["attention"], c["norm_position"]) for c in VARIANTS if c["positions"] == "rotary"} == {
         (a, p) for a in ATTENTION_KINDS for p in ("post", "pre")}
     assert seen["norm"] == {"layernorm", "rmsnorm"} and seen["positions"] == {"learned", "sinusoidal", "none", "rotary", "alibi"}
@@ -253,7 +257,7 @@ def test_relative_buckets_equal_transformers_mpnet():
     from ortformer.models.layers import RelativePositionBias
 
     for buckets, distance, n in [(32, 128, 300), (8, 6, 40), (6, 3, 20)]:
-        cfg = preset("tiny", relative_attention_buckets=buckets, relative_attention_max_distance=distance,
+        cfg = preset("tiny", relative_attention=RelativeAttention(buckets=buckets, max_distance=distance),
                      max_positions=512)
         module = build_encoder(cfg).relative
         position = torch.arange(n)
@@ -267,8 +271,8 @@ def test_relative_buckets_equal_transformers_mpnet():
 
 
 def test_relative_bias_changes_the_output_and_is_in_the_parameter_count():
-    cfg = preset("tiny", relative_attention_buckets=8, relative_attention_max_distance=6)
-    model, plain = build_encoder(cfg, seed=1), build_encoder(cfg.replace(relative_attention_buckets=0), seed=1)
+    cfg = preset("tiny", relative_attention=RelativeAttention(buckets=8, max_distance=6))
+    model, plain = build_encoder(cfg, seed=1), build_encoder(cfg.replace(relative_attention=None), seed=1)
     plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("relative.")})
     x, mask = make_inputs(cfg, 1, 9), torch.ones(1, 9, dtype=torch.long)
     assert (forward(model, x, mask)["last_hidden_state"] - forward(plain, x, mask)["last_hidden_state"]).abs().max() > 1e-3
@@ -299,10 +303,12 @@ def test_window_bias_is_modernberts_sliding_window():
 
 
 def test_local_layers_follow_global_every_and_see_only_their_window():
-    cfg = preset("tiny", local_window=4, global_every=3, num_layers=7, positions="none")
+    cfg = preset("tiny", local_attention=LocalAttention(window=4, global_every=3), num_layers=7, positions="none")
     model = build_encoder(cfg, seed=3)
     assert model.local_layers == [1, 2, 4, 5]
-    assert build_encoder(cfg.replace(global_offset=2)).local_layers == [0, 1, 3, 4, 6]  # Gemma's: the group's last
+    assert [layer for layer in range(7) if not cfg.is_global(layer)] == model.local_layers
+    offset = cfg.replace(local_attention=dataclasses.replace(cfg.local_attention, global_offset=2))
+    assert build_encoder(offset).local_layers == [0, 1, 3, 4, 6]  # Gemma's: the group's last
     from ortformer.models.layers import window_bias
 
     block, n = model.blocks[1], 9
@@ -319,10 +325,11 @@ def test_local_layers_follow_global_every_and_see_only_their_window():
 
 
 def test_causal_local_layers_see_the_window_behind_them_only():
-    """causal with local_window W: token i sees i - W // 2 <= j <= i, a decoder's sliding window of w = W // 2 + 1."""
+    """causal with local_attention.window W: token i sees i - W // 2 <= j <= i, a decoder's sliding window of w = W // 2 + 1."""
     from ortformer.models.layers import window_bias
 
-    cfg = preset("tiny", causal=True, local_window=5, global_every=3, global_offset=2, num_layers=2, positions="none")
+    cfg = preset("tiny", causal=True, local_attention=LocalAttention(window=5, global_every=3, global_offset=2),
+                 num_layers=2, positions="none")
     block, n = build_encoder(cfg, seed=3).blocks[0], 9
     x = torch.randn(1, n, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(1, n, dtype=torch.bool)
@@ -351,7 +358,7 @@ def test_rotary_tables_stay_float32_in_a_half_model():
 
 
 @pytest.mark.parametrize("overrides", [dict(positions="rotary", qk_norm=True, norm="rmsnorm"),
-                                       dict(positions="none", qk_norm=True, relative_attention_buckets=8),
+                                       dict(positions="none", qk_norm=True, relative_attention=RelativeAttention(buckets=8)),
                                        dict(positions="alibi", qk_norm=True)])
 def test_fused_softmax_path_equals_the_plain_one(overrides):
     """The fused path (one op per layer, what the exporter translates) against the plain

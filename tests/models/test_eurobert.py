@@ -67,7 +67,7 @@ def test_sequence_classifier(pooling, tmp_path):
     config = tiny_config(num_labels=2, classifier_pooling=pooling)
     folder = save_hf(transformers.EuroBertForSequenceClassification, config, tmp_path / "m", seed=3)
     loaded = load_any(folder)
-    assert loaded.config.classifier_pooling == {"bos": "cls", "mean": "mean"}[pooling] and not loaded.dropped
+    assert loaded.config.classifier.pooling == {"bos": "cls", "mean": "mean"}[pooling] and not loaded.dropped
     model = transformers.EuroBertForSequenceClassification.from_pretrained(folder).eval()
     ids = torch.tensor([[1, 5, 7, 9, 2, 0], [1, 8, 2, 0, 0, 0]])
     mask = (ids != 0).long()

@@ -10,6 +10,7 @@ import torch
 from support.hf import (TOKENIZER_FILES, assert_matches_transformers, assert_only_the_import_matches, assert_same_embeddings,
                         cases, hf_reference, load_and_export, save_hf, st_embeddings, transformers, with_config)
 
+from ortformer.config import LocalAttention, SentenceDense
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
@@ -42,8 +43,8 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     cfg = loaded.config
     assert loaded.family == "gemma3_text" and not loaded.dropped
     assert (cfg.norm_position, cfg.sandwich_norm, cfg.qk_norm, cfg.causal, cfg.ffn_gated) == ("pre", True, True, False, True)
-    assert (cfg.local_window, cfg.global_every, cfg.global_offset, cfg.attention_head_size) == (6, 3, 2, 24)
-    assert (cfg.rotary_theta, cfg.rotary_theta_local, cfg.activation, cfg.norm_eps) == (1000.0, 20.0, "gelu_tanh", 1e-6)
+    assert cfg.local_attention == LocalAttention(window=6, global_every=3, global_offset=2, rotary_theta=20.0)
+    assert (cfg.attention_head_size, cfg.rotary_theta, cfg.activation, cfg.norm_eps) == (24, 1000.0, "gelu_tanh", 1e-6)
     assert max(c.sequence for c in cases(cfg)) > 6  # rows longer than the window
     assert assert_matches_transformers(loaded, hf_reference(transformers.Gemma3TextModel, saved), path, pad_id=0) >= 12
 
@@ -59,7 +60,8 @@ def test_config_keys_as_the_hub_files_have_them(saved, tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.global_every, cfg.global_offset, cfg.rotary_theta, cfg.rotary_theta_local) == (3, 2, 1000.0, 20.0)
+    local = cfg.local_attention
+    assert (local.global_every, local.global_offset, cfg.rotary_theta, local.rotary_theta) == (3, 2, 1000.0, 20.0)
     assert_matches_transformers(loaded, hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
 
@@ -73,16 +75,17 @@ def test_causal_gemma_with_global_layers_only(tmp_path):
     config = tiny_config(use_bidirectional_attention=False, layer_types=[FULL] * 4, query_pre_attn_scalar=24)
     folder = save_hf(transformers.Gemma3ForCausalLM, config, tmp_path / "m", seed=2)
     loaded = load_any(folder)
-    assert (loaded.config.causal, loaded.config.local_window, loaded.config.global_every) == (True, 0, 1)
+    assert (loaded.config.causal, loaded.config.local_attention) == (True, None)
     assert all(name.startswith("lm_head") for name in loaded.dropped)
     assert_matches_transformers(loaded, hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
 
 def test_causal_gemma_with_sliding_layers(tmp_path):
-    """A causal Gemma 3 (a classifier's) slides with i - w < j <= i: local_window 2w - 1, thetas per kind."""
+    """A causal Gemma 3 (a classifier's) slides with i - w < j <= i: a local window of 2w - 1, thetas per kind."""
     folder = save_hf(transformers.Gemma3TextModel, tiny_config(use_bidirectional_attention=False), tmp_path / "m", seed=5)
     cfg = load_any(folder).config
-    assert (cfg.causal, cfg.local_window, cfg.global_every, cfg.global_offset) == (True, 11, 3, 2)
+    local = cfg.local_attention
+    assert (cfg.causal, local.window, local.global_every, local.global_offset) == (True, 11, 3, 2)
     assert max(c.sequence for c in cases(cfg)) > 6
     assert_matches_transformers(load_any(folder), hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
@@ -93,7 +96,7 @@ def test_causal_gemma_with_an_idle_window_keeps_each_kinds_theta(tmp_path):
     folder = save_hf(transformers.Gemma3TextModel, tiny_config(use_bidirectional_attention=False, sliding_window=64),
                      tmp_path / "m", seed=6)
     cfg = load_any(folder).config
-    assert (cfg.rotary_theta, cfg.rotary_theta_local, cfg.global_every) == (1000.0, 20.0, 3)
+    assert (cfg.rotary_theta, cfg.local_attention.rotary_theta, cfg.local_attention.global_every) == (1000.0, 20.0, 3)
     assert_matches_transformers(load_any(folder), hf_reference(transformers.Gemma3TextModel, folder), None, pad_id=0)
 
 
@@ -123,7 +126,8 @@ def test_embeddinggemma_layout_equals_sentence_transformers(tmp_path):
     folder = embeddinggemma_folder(tmp_path)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
     cfg = loaded.config
-    assert (cfg.pooling, cfg.sentence_dense_size, cfg.sentence_dense_bias, cfg.normalize_embeddings) == ("mean", 32, False, True)
+    assert (cfg.pooling, cfg.normalize_embeddings) == ("mean", True)
+    assert cfg.sentence_dense == SentenceDense(size=32, bias=False)
     runtime = Runtime(path, "cpu")
     assert_same_embeddings(runtime.embed_texts(TEXTS), st_embeddings(folder, TEXTS))
     assert_same_embeddings(runtime.embed_texts(TEXTS, prompt_name="query"), st_embeddings(folder, TEXTS, "query"))

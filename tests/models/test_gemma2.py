@@ -9,7 +9,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
                         load_and_export, transformers, with_config)
 
-from ortformer.config import EncoderConfig
+from ortformer.config import EncoderConfig, RelativeAttention
 from ortformer.errors import CheckpointError, ConfigError
 from ortformer.models import load_any
 
@@ -47,7 +47,7 @@ def test_eager_and_onnx_equal_transformers(full_layers, tmp_path):
     cfg = loaded.config
     assert loaded.family == "gemma2" and not loaded.dropped
     assert (cfg.causal, cfg.qk_norm, cfg.sandwich_norm, cfg.attention_softcap, cfg.num_kv_heads) == (True, False, True, 1.5, 1)
-    assert (cfg.attention_head_size, cfg.rotary_theta, cfg.max_positions, cfg.local_window) == (24, 300.0, 64, 0)
+    assert (cfg.attention_head_size, cfg.rotary_theta, cfg.max_positions, cfg.local_attention) == (24, 300.0, 64, None)
     assert assert_matches_transformers(loaded, hf_reference(transformers.Gemma2Model, full_layers), path, pad_id=0) >= 12
 
 
@@ -58,13 +58,14 @@ def test_without_the_cap_the_model_differs(full_layers):
 
 
 def test_sliding_layers_have_the_causal_window(tmp_path):
-    """Gemma2Config's default pattern (even layers sliding, i - w < j <= i): a causal local_window of 2w - 1
+    """Gemma2Config's default pattern (even layers sliding, i - w < j <= i): a causal local window of 2w - 1
     in layers 0, 2, ..., over the whole length."""
     folder = save_gemma2(tmp_path / "m", transformers.Gemma2ForCausalLM, seed=2, sliding_window=7,
                          attn_logit_softcapping=None)
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.max_positions, cfg.attention_softcap, cfg.local_window, cfg.global_every, cfg.global_offset) == (
+    local = cfg.local_attention
+    assert (cfg.max_positions, cfg.attention_softcap, local.window, local.global_every, local.global_offset) == (
         64, 0.0, 13, 2, 1)
     assert max(c.sequence for c in cases(cfg)) > 7
     assert_matches_transformers(loaded, hf_reference(transformers.Gemma2Model, folder), None, pad_id=0)
@@ -95,7 +96,8 @@ def test_unsupported_configs_are_refused(full_layers, tmp_path, change, message)
     (dict(attention_softcap=-1.0), "attention_softcap=-1.0 must be a finite number >= 0"),
     (dict(attention_softcap=float("inf")), "must be a finite number"),
     (dict(attention_softcap=30.0, attention="linear"), "the linear kernel never forms them"),
-    (dict(attention_softcap=30.0, relative_attention_buckets=8), "attention_softcap with relative_attention_buckets"),
+    (dict(attention_softcap=30.0, relative_attention=RelativeAttention(buckets=8)),
+     "attention_softcap with relative_attention"),
     (dict(attention_softcap=30.0, positions="alibi"), "attention_softcap with positions='alibi'"),
 ])
 def test_softcap_config_is_checked(change, message):

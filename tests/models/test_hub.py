@@ -100,7 +100,7 @@ def test_load_by_id_fetches_only_what_the_import_reads(hub, model, tmp_path):
     snapshot = tmp_path / "hf-home" / "hub" / "models--org--tiny-bert" / "snapshots" / commit
     assert loaded.fetched == snapshot and loaded.tokenizer.parent == snapshot
     assert loaded.config.name == "tiny-bert" and loaded.config.pooling == "mean"
-    assert loaded.config.sentence_dense_size == 16
+    assert loaded.config.sentence_dense.size == 16
 
 
 def test_revision_fetches_that_commit(hub, model, tmp_path, monkeypatch):

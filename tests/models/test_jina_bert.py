@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
 from ortformer import contract
-from ortformer.config import EncoderConfig
+from ortformer.config import EncoderConfig, RelativeAttention
 from ortformer.errors import CheckpointError, ConfigError
 from ortformer.models import load_any
 from ortformer.models.layers import alibi_slopes
@@ -192,7 +192,7 @@ def test_a_reranker_keeps_its_head(tmp_path):
     weights["classifier.weight"], weights["classifier.bias"] = torch.randn(1, WIDTH, generator=g), torch.randn(1, generator=g)
     weights["bert.embeddings.position_embeddings.weight"] = torch.randn(512, WIDTH, generator=g)  # unread by ALiBi
     loaded = load_any(write_folder(tmp_path / "r", config, weights))
-    assert loaded.config.classifier_labels == 1 and "bert.embeddings.position_embeddings.weight" in loaded.dropped
+    assert loaded.config.num_labels == 1 and "bert.embeddings.position_embeddings.weight" in loaded.dropped
     ids = np.array([[101, 2054, 2003, 102, 0, 0], [101, 7592, 2088, 1010, 2088, 102]])
     mask = (ids != 0).astype(np.int64)
     types = np.array([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]])
@@ -222,7 +222,7 @@ def test_other_layouts_are_refused_by_name(jina, tmp_path):
 
 
 @pytest.mark.parametrize("change", [dict(attention="linear"), dict(causal=True),
-                                    dict(relative_attention_buckets=32)])
+                                    dict(relative_attention=RelativeAttention(buckets=32))])
 def test_alibi_is_refused_where_it_has_no_scores_to_bias(change):
     with pytest.raises(ConfigError, match="positions='alibi' with"):
         EncoderConfig(positions="alibi", **change)

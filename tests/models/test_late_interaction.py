@@ -16,6 +16,7 @@ from support.hf import save_hf, transformers
 from support.late import DOCS, QUERIES, SMALL, cli, close, exported, hf_tokenizer, with_late
 
 from ortformer import contract
+from ortformer.config import EncoderConfig, TokenDense
 from ortformer.errors import CheckpointError, ConfigError, InputError, ModelFileError
 from ortformer.late import LateInteraction
 from ortformer.models import load_any
@@ -37,8 +38,8 @@ def insert_marker(ids: torch.Tensor, marker: int) -> torch.Tensor:
 # ---------------------------------------------------------------- the heads in the encoder
 
 
-@pytest.mark.parametrize("fields", [dict(token_dense_size=8), dict(token_weights=True, pooling="cls"),
-                                    dict(token_dense_size=8, token_dense_bias=True, token_weights=True)])
+@pytest.mark.parametrize("fields", [dict(token_dense=TokenDense(size=8)), dict(token_weights=True, pooling="cls"),
+                                    dict(token_dense=TokenDense(size=8, bias=True), token_weights=True)])
 def test_token_heads_outputs_and_parameter_count(fields):
     from ortformer.config import preset
     from ortformer.cost import parameter_count
@@ -52,9 +53,9 @@ def test_token_heads_outputs_and_parameter_count(fields):
         out = model(ids, mask)
     assert list(out) == contract.output_names(cfg)  # the graph's outputs come in the contract's order
     x = out["last_hidden_state"]
-    if cfg.token_dense_size:
+    if cfg.token_dense:
         want = torch.nn.functional.normalize(x @ model.token_dense.weight.T + (model.token_dense.bias if
-                                             cfg.token_dense_bias else 0), dim=-1)
+                                             cfg.token_dense.bias else 0), dim=-1)
         torch.testing.assert_close(out["token_embeddings"], want)  # every position, the padded one too
     if cfg.token_weights:
         torch.testing.assert_close(out["sparse"], torch.relu(x @ model.token_weight.weight.T + model.token_weight.bias)[..., 0])
@@ -65,11 +66,14 @@ def test_token_head_fields_are_checked():
     from ortformer.errors import ConfigError
     from ortformer.models.chunk_stages import chunkable
 
-    with pytest.raises(ConfigError, match="token_dense_bias=True adds a bias to the multi-vector head"):
-        preset("tiny", token_dense_bias=True)
-    with pytest.raises(ConfigError, match="token_dense_size=-1 must be >= 0"):
-        preset("tiny", token_dense_size=-1)
-    assert "per-token heads" in chunkable(preset("tiny", attention="linear", token_dense_size=8))
+    # a bias without the head: only format 1's flat fields can say that, and its reader refuses it
+    with pytest.raises(ConfigError, match="token_dense_bias shapes token_dense; with token_dense_size=0 there is none"):
+        EncoderConfig.from_dict({"format": 1, "token_dense_bias": True})
+    with pytest.raises(ConfigError, match="token_dense.size=-1 must be >= 1"):
+        preset("tiny", token_dense=TokenDense(size=-1))
+    with pytest.raises(ConfigError, match="token_dense.size=0 must be >= 1 \\(no head: token_dense=None\\)"):
+        preset("tiny", token_dense={"size": 0})
+    assert "per-token heads" in chunkable(preset("tiny", attention="linear", token_dense=TokenDense(size=8)))
 
 
 # ---------------------------------------------------------------- PyLate
@@ -138,8 +142,8 @@ def pylate(tmp_path_factory):
 
 def test_pylate_folder_exports_token_embeddings_and_settings(pylate):
     folder, tok, _, rt = pylate
-    assert contract.TOKEN_EMBEDDINGS in rt.output_names and rt.config.token_dense_size == 16
-    assert not rt.config.token_dense_bias and rt.parity["passed"]
+    assert contract.TOKEN_EMBEDDINGS in rt.output_names and rt.config.token_dense == TokenDense(size=16, bias=False)
+    assert rt.parity["passed"]
     assert rt.parity["worst"][contract.TOKEN_EMBEDDINGS]["passed"]
     # real sentences through its tokenizer too, per kept token (recorded, not gated)
     assert rt.parity["text"]["output"] == contract.TOKEN_EMBEDDINGS and rt.parity["text"]["min_cosine"] > 0.99999
@@ -221,7 +225,7 @@ def test_sentence_transformers_multi_vector_layout_equals_encode(tmp_path):
     folder = tmp_path / "multi"
     model.save(str(folder))
     loaded = load_any(folder)
-    assert loaded.config.token_dense_bias and loaded.late() == LateInteraction()
+    assert loaded.config.token_dense.bias and loaded.late() == LateInteraction()
     want = model.encode(DOCS, output_value="token_embeddings", convert_to_numpy=False)
     enc = tok(DOCS, padding=True, truncation=True, max_length=24, return_tensors="pt")
     with torch.no_grad():
@@ -297,7 +301,7 @@ def colbert_ai_oracle(base, tok, linear, texts, is_query):
 @pytest.mark.parametrize("kind", ["query", "document"])
 def test_colbert_ai_vectors_equal_colbert_ai(colbert_ai, kind):
     folder, base, tok, linear, rt = colbert_ai
-    assert rt.config.token_dense_size == 8 and rt.parity["passed"]
+    assert rt.config.token_dense.size == 8 and rt.parity["passed"]
     texts = QUERIES if kind == "query" else DOCS
     close(rt.embed_texts(texts, kind=kind), colbert_ai_oracle(base, tok, linear, texts, kind == "query"))
 

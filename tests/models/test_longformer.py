@@ -6,6 +6,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
                         load_and_export, save_hf, transformers, with_config)
 
+from ortformer.config import LocalAttention
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 
@@ -23,7 +24,8 @@ def saved(tmp_path_factory):
 def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     loaded, path = load_and_export(saved, tmp_path / "m.onnx")
     cfg = loaded.config
-    assert loaded.family == "longformer" and (cfg.local_window, cfg.global_every, cfg.global_offset) == (4, 3, 2)
+    assert loaded.family == "longformer"
+    assert cfg.local_attention == LocalAttention(window=4, global_every=3, global_offset=2)
     assert cfg.max_sequence == 64 and max(c.sequence for c in cases(cfg)) > 4
     # the global projections only act on tokens given global attention: set aside
     assert {name.split(".")[-2] for name in loaded.dropped if "_global" in name} == {
@@ -34,15 +36,15 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
 def test_without_the_window_the_model_differs(saved):
     """A mutation check: the same weights attending to every key are off."""
     loaded = load_any(saved)
-    assert_only_the_import_matches(loaded, hf_reference(transformers.LongformerModel, saved), local_window=0,
-                                   global_every=1, global_offset=0)
+    assert_only_the_import_matches(loaded, hf_reference(transformers.LongformerModel, saved),
+                                   local_attention=None)
 
 
 def test_token_classifier_keeps_its_head(tmp_path):
     config = transformers.LongformerConfig(**SIZES, num_labels=3)
     folder = save_hf(transformers.LongformerForTokenClassification, config, tmp_path / "m", seed=2, random_biases=True)
     loaded = load_any(folder)
-    assert (loaded.config.classifier_labels, loaded.config.classifier_per_token) == (3, True)
+    assert (loaded.config.num_labels, loaded.config.per_token_logits) == (3, True)
     model = transformers.LongformerForTokenClassification.from_pretrained(str(folder)).eval()
     ids = torch.randint(3, 120, (2, 11), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)

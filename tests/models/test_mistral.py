@@ -8,6 +8,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
                         patch_config, save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
+from ortformer.config import Classifier
 from ortformer.errors import CheckpointError
 from ortformer.exporter import export
 from ortformer.models import load_any
@@ -27,9 +28,10 @@ def test_mistral_equals_transformers_past_its_window(mistral, tmp_path):
     loaded, path = load_and_export(mistral, tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "mistral"
-    # every layer slides: i - 40 < j <= i is the causal local_window 79, no layer global (every = layers + 1)
+    # every layer slides: i - 40 < j <= i is the causal local window 79, no layer global (every = layers + 1)
     assert (cfg.causal, cfg.max_sequence, cfg.rotary_theta, cfg.qk_norm) == (True, 64, 500.0, False)
-    assert (cfg.local_window, cfg.global_every, cfg.global_offset) == (79, 3, 2)
+    local = cfg.local_attention
+    assert (local.window, local.global_every, local.global_offset) == (79, 3, 2)
     assert max(c.sequence for c in cases(cfg)) > 40  # rows the window acts on
     assert assert_matches_transformers(loaded, hf_reference(transformers.MistralModel, mistral), path, pad_id=0) >= 12
 
@@ -88,8 +90,8 @@ def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
     loaded = load_any(tmp_path / "m")
     per_token = model_cls.endswith("TokenClassification")
     cfg = loaded.config
-    assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, per_token, "none")
-    assert (cfg.classifier_pooling, cfg.classifier_pad_id) == (("cls", -1) if per_token else ("last", 0))
+    pooling, pad_id = ("cls", -1) if per_token else ("last", 0)
+    assert cfg.classifier == Classifier(labels=3, per_token=per_token, pooling=pooling, dense="none", pad_id=pad_id)
     assert not loaded.dropped
     ids = torch.randint(1, 120, (5, 9), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -113,7 +115,7 @@ def test_score_heads_of_decoders(tmp_path, model_cls, config_cls, extra):
     ("Qwen3", 2, 0, True, 31, 64), ("Qwen2", 4, 2, True, 0, 16)])
 def test_qwen_sliding_layers(tmp_path, family, layers, first_sliding, layer_types, window, longest):
     """use_sliding_window gives layers l >= max_window_layers the causal window i - 16 < j <= i (from
-    layer_types, or from max_window_layers in configs saved without them): a causal local_window of 31;
+    layer_types, or from max_window_layers in configs saved without them): a causal local window of 31;
     none slide at 2 of 2 layers. Full layers 0, 1 below sliding 2, 3 follow no period: every layer is
     full and the length is capped at the window, where it never acts."""
     sizes = {**SIZES, "num_hidden_layers": layers}
@@ -124,7 +126,8 @@ def test_qwen_sliding_layers(tmp_path, family, layers, first_sliding, layer_type
     if not layer_types:
         patch_config(folder, {"layer_types": None})
     loaded = load_any(folder)
-    assert (loaded.config.local_window, loaded.config.max_sequence) == (window, longest)
+    local = loaded.config.local_attention  # None: no layer slides (window 0 above)
+    assert (local.window if local else 0, loaded.config.max_sequence) == (window, longest)
     assert assert_matches_transformers(loaded, hf_reference(model, folder), None, pad_id=0) >= 6
 
 

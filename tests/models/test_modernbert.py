@@ -9,6 +9,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
                         save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
+from ortformer.config import LocalAttention
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
@@ -49,7 +50,8 @@ def test_config_maps_the_layout(exported):
     cfg = loaded.config
     assert loaded.family == "modernbert" and not loaded.dropped
     assert (cfg.norm_position, cfg.embedding_norm, cfg.ffn_gated, cfg.bias, cfg.positions) == ("pre", True, True, False, "rotary")
-    assert (cfg.rotary_theta, cfg.rotary_theta_local, cfg.local_window, cfg.global_every) == (1000.0, 20.0, 8, 2)
+    assert cfg.rotary_theta == 1000.0
+    assert cfg.local_attention == LocalAttention(window=8, global_every=2, global_offset=0, rotary_theta=20.0)
     assert (cfg.ffn_size, cfg.norm_eps, cfg.type_vocab_size, cfg.max_sequence) == (40, 1e-5, 0, 64)
 
 
@@ -70,7 +72,8 @@ def test_biases_task_heads_and_bin_files(tmp_path):
                folder / "pytorch_model.bin")
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.bias, cfg.activation, cfg.global_every, cfg.local_window) == (True, "gelu_tanh", 3, 6)
+    local = cfg.local_attention
+    assert (cfg.bias, cfg.activation, local.global_every, local.window) == (True, "gelu_tanh", 3, 6)
     assert loaded.dropped and all(name.startswith(("head.", "decoder.")) for name in loaded.dropped)
     assert_matches_transformers(loaded, reference(folder), None, pad_id=PAD)
 
@@ -84,11 +87,12 @@ def test_older_config_keys_and_all_global_layers(saved, tmp_path):
     config.update(global_rope_theta=1000.0, local_rope_theta=20.0)
     (folder / "config.json").write_text(json.dumps(config))
     loaded = load_any(folder)
-    assert (loaded.config.rotary_theta, loaded.config.rotary_theta_local, loaded.config.global_every) == (1000.0, 20.0, 2)
+    local = loaded.config.local_attention
+    assert (loaded.config.rotary_theta, local.rotary_theta, local.global_every) == (1000.0, 20.0, 2)
     assert_matches_transformers(loaded, reference(folder), None, pad_id=PAD)
     (folder / "config.json").write_text(json.dumps({**config, "global_attn_every_n_layers": 1}))
     loaded = load_any(folder)
-    assert (loaded.config.local_window, loaded.config.rotary_theta_local) == (0, 0.0)
+    assert loaded.config.local_attention is None  # every layer global: no windows, so no local theta either
     assert_matches_transformers(loaded, reference(folder), None, pad_id=PAD)
 
 
@@ -115,7 +119,7 @@ SLIDING, FULL = "sliding_attention", "full_attention"
     ({"rope_parameters": {FULL: {"rope_type": "linear", "rope_theta": 10.0, "factor": 2.0}}},
      r"rope_parameters\['full_attention'\] in config.json rope_type='linear' is not supported"),
     ({"rope_parameters": {SLIDING: {"rope_theta": 10.0, "partial_rotary_factor": 0.5}}}, "sets partial_rotary_factor"),
-    ({"rope_parameters": {SLIDING: {"rope_theta": 1.0}}}, "rotary_theta_local=1.0 must be a finite number > 1"),
+    ({"rope_parameters": {SLIDING: {"rope_theta": 1.0}}}, "local_attention.rotary_theta=1.0 must be a finite number > 1"),
     ({"head_dim": 4}, "head_dim=4 is not supported"),
 ])
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
@@ -126,7 +130,7 @@ def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
 def test_irrelevant_options_are_accepted(saved, tmp_path):
     folder = with_config(saved[0], tmp_path / "m", {"deterministic_flash_attn": True, "sparse_prediction": True,
                                                     "attention_dropout": 0.1, "classifier_pooling": "mean"})
-    assert load_any(folder).config.local_window == 8
+    assert load_any(folder).config.local_attention.window == 8
 
 
 def test_missing_layer_norm_is_refused(saved, tmp_path):
@@ -144,5 +148,6 @@ def test_missing_layer_norm_is_refused(saved, tmp_path):
 def test_layer_types_with_the_global_layer_elsewhere(saved, tmp_path):
     folder = with_config(saved[0], tmp_path / "m", {"layer_types": [SLIDING, FULL, SLIDING]})
     loaded = load_any(folder)
-    assert (loaded.config.global_every, loaded.config.global_offset, loaded.model.local_layers) == (2, 1, [0, 2])
+    local = loaded.config.local_attention
+    assert (local.global_every, local.global_offset, loaded.model.local_layers) == (2, 1, [0, 2])
     assert_matches_transformers(loaded, reference(folder), None, pad_id=PAD)

@@ -7,6 +7,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_only_the_import_matches, cases, hf_reference,
                         load_and_export, save_hf, transformers)
 
+from ortformer.config import LocalAttention
 from ortformer.models import load_any
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -29,8 +30,8 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     loaded, path = load_and_export(saved, tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "modernbert-decoder" and cfg.causal and cfg.embedding_norm and not cfg.first_block_norm
-    assert (cfg.local_window, cfg.global_every, cfg.global_offset, cfg.rotary_theta, cfg.rotary_theta_local) == (
-        7, 3, 0, 1000.0, 20.0)
+    assert cfg.rotary_theta == 1000.0
+    assert cfg.local_attention == LocalAttention(window=7, global_every=3, global_offset=0, rotary_theta=20.0)
     assert max(c.sequence for c in cases(cfg)) > 4
     assert all(name.startswith(("lm_head.", "decoder.")) for name in loaded.dropped)
     reference = hf_reference(transformers.ModernBertDecoderModel, saved)
@@ -39,8 +40,8 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
 
 def test_without_the_window_the_model_differs(saved):
     loaded = load_any(saved)
-    assert_only_the_import_matches(loaded, hf_reference(transformers.ModernBertDecoderModel, saved), local_window=0,
-                                   global_every=1, rotary_theta_local=0.0)
+    assert_only_the_import_matches(loaded, hf_reference(transformers.ModernBertDecoderModel, saved),
+                                   local_attention=None)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -50,7 +51,8 @@ def test_sequence_classifier_reads_the_last_token(tmp_path, bias):
                      random_biases=True)
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.classifier_labels, cfg.classifier_pooling, cfg.classifier_pad_id, cfg.classifier_norm) == (3, "last", 0, True)
+    head = cfg.classifier
+    assert (head.labels, head.pooling, head.pad_id, head.norm) == (3, "last", 0, True)
     model = transformers.ModernBertDecoderForSequenceClassification.from_pretrained(str(folder)).eval()
     ids = torch.randint(3, 120, (3, 9), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)

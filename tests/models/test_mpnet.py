@@ -7,6 +7,7 @@ import pytest
 from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export,
                         save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
+from ortformer.config import RelativeAttention
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
@@ -49,7 +50,7 @@ def test_config_maps_relative_bias_and_positions(exported):
     loaded = exported[0]
     cfg = loaded.config
     assert loaded.family == "mpnet"
-    assert (cfg.relative_attention_buckets, cfg.relative_attention_max_distance) == (32, 128)
+    assert cfg.relative_attention == RelativeAttention(buckets=32, max_distance=128)
     assert (cfg.position_offset, cfg.position_ids, cfg.type_vocab_size, cfg.max_sequence) == (2, "kept", 0, 128)
     assert cfg.norm_position == "post" and cfg.norm_eps == 1e-5 and cfg.pooling == "none"
     assert all(name.startswith("pooler.") for name in loaded.dropped)

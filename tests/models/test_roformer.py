@@ -37,7 +37,7 @@ def test_sequence_classifier_uses_hidden_act(tmp_path):
     config = transformers.RoFormerConfig(**SIZES, num_labels=2, hidden_act="relu")
     folder = save_hf(transformers.RoFormerForSequenceClassification, config, tmp_path / "m", seed=3)
     loaded = load_any(folder)
-    assert loaded.config.classifier_dense == "relu" and not loaded.dropped[1:]
+    assert loaded.config.classifier.dense == "relu" and not loaded.dropped[1:]
     model = transformers.RoFormerForSequenceClassification.from_pretrained(folder).eval()
     ids = torch.tensor([[1, 5, 7, 9, 2, 0], [1, 8, 2, 0, 0, 0]])
     mask = (ids != 0).long()

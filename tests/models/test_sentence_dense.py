@@ -54,7 +54,7 @@ def labse_like(tmp_path_factory):
 def test_dense_head_equals_sentence_transformers(labse_like, tmp_path):
     loaded, path = load_and_export(labse_like, tmp_path / "m.onnx", text=True)
     cfg = loaded.config
-    assert (cfg.sentence_dense_size, cfg.sentence_dense_activation, cfg.normalize_embeddings) == (16, "tanh", True)
+    assert (cfg.sentence_dense.size, cfg.sentence_dense.activation, cfg.normalize_embeddings) == (16, "tanh", True)
     # provenance names both weight files, the Transformer's first
     assert loaded.source.count("sha256:") == 2 and loaded.source.startswith("sha256:")
     runtime = Runtime(path, "cpu")
@@ -72,7 +72,7 @@ def test_dense_head_equals_sentence_transformers(labse_like, tmp_path):
 def test_other_dense_layouts(tmp_path, pooling, activation, bias, normalize):
     folder = st_folder(tmp_path, pooling=pooling, dense=(24, activation, bias), normalize=normalize, seed=3)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
-    assert (loaded.config.sentence_dense_bias, loaded.config.normalize_embeddings) == (bias, normalize)
+    assert (loaded.config.sentence_dense.bias, loaded.config.normalize_embeddings) == (bias, normalize)
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
 
@@ -84,8 +84,8 @@ def test_linear_dense_chains_are_multiplied_out(tmp_path, chain):
     folder = st_folder(tmp_path, dense=chain, seed=5)
     loaded, path = load_and_export(folder, tmp_path / "m.onnx", text=True)
     cfg = loaded.config
-    assert (cfg.sentence_dense_size, cfg.sentence_dense_activation) == (24, chain[-1][1].__class__.__name__.lower())
-    assert cfg.sentence_dense_bias == any(bias for _, _, bias in chain)
+    assert (cfg.sentence_dense.size, cfg.sentence_dense.activation) == (24, chain[-1][1].__class__.__name__.lower())
+    assert cfg.sentence_dense.bias == any(bias for _, _, bias in chain)
     assert loaded.source.count("sha256:") == 1 + len(chain)  # every Dense module's file
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(folder, TEXTS))
 
@@ -136,7 +136,7 @@ def test_int8_export_keeps_the_dense_width(labse_like, tmp_path):
 
 def test_no_pooling_drops_the_dense_head(labse_like):
     loaded = load_hf(labse_like, pooling="none")
-    assert loaded.config.sentence_dense_size == 0 and loaded.model.sentence_dense is None
+    assert loaded.config.sentence_dense is None and loaded.model.sentence_dense is None
 
 
 def test_linear_models_with_a_dense_head_do_not_run_in_chunks(labse_like):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from support.hf import load_and_export, save_hf, transformers
 
-from ortformer.config import EncoderConfig
+from ortformer.config import Classifier, EncoderConfig, SentenceDense
 from ortformer.errors import CheckpointError, ConfigError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
@@ -156,10 +156,13 @@ def test_bad_sparse_folders_are_refused_by_name(tmp_path):
 def test_splade_config_needs_a_per_token_head():
     with pytest.raises(ConfigError, match="pools a per-token head's logits"):
         EncoderConfig(pooling="splade_max")
+    with pytest.raises(ConfigError, match="pools a per-token head's logits"):  # a per-sequence head is no vocabulary
+        EncoderConfig(pooling="splade_max", classifier=Classifier(labels=10))
     with pytest.raises(ConfigError, match="splade_activation='log1p_relu' shapes SPLADE pooling"):
         EncoderConfig(splade_activation="log1p_relu")
     with pytest.raises(ConfigError, match="gives vocabulary weights"):
-        EncoderConfig(pooling="splade_sum", classifier_labels=10, classifier_per_token=True, sentence_dense_size=8)
+        EncoderConfig(pooling="splade_sum", classifier=Classifier(labels=10, per_token=True),
+                      sentence_dense=SentenceDense(size=8))
 
 
 def test_cli_writes_a_sparse_models_term_weights_without_zeros(tmp_path):

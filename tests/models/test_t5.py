@@ -6,6 +6,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
+from ortformer.config import RelativeAttention
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
@@ -31,7 +32,7 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     cfg = loaded.config
     assert loaded.family == "t5" and (cfg.norm, cfg.norm_position, cfg.bias, cfg.positions) == (
         "rmsnorm", "pre", False, "none")
-    assert (cfg.relative_attention_buckets, cfg.relative_attention_max_distance, cfg.activation) == (16, 20, "relu")
+    assert (cfg.relative_attention, cfg.activation) == (RelativeAttention(buckets=16, max_distance=20), "relu")
     # sequences past max_distance, so the shared last bucket is exercised
     assert max(c.sequence for c in cases(cfg)) > 20
     assert assert_matches_transformers(loaded, saved[1], path, pad_id=0) >= 12
@@ -73,7 +74,7 @@ def test_token_classifier_keeps_its_head(tmp_path):
     folder = save_hf(transformers.T5ForTokenClassification, config, tmp_path / "m", seed=8, random_biases=True)
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, True, "none")
+    assert (cfg.classifier.labels, cfg.classifier.per_token, cfg.classifier.dense) == (3, True, "none")
     assert loaded.labels == ("O", "B-X", "I-X") and not loaded.dropped
     model = transformers.T5ForTokenClassification.from_pretrained(str(folder)).eval()
     ids = torch.tensor([[5, 17, 9, 30, 2, 0], [5, 8, 2, 0, 0, 0]])
@@ -119,7 +120,7 @@ def test_sentence_t5_layout_equals_sentence_transformers(tmp_path):
                                             st_models.Normalize()], device="cpu")
     model.save(str(tmp_path / "st"))
     loaded, path = load_and_export(tmp_path / "st", tmp_path / "st.onnx", text=True)
-    assert loaded.config.sentence_dense_size == 24 and loaded.config.normalize_embeddings
+    assert loaded.config.sentence_dense.size == 24 and loaded.config.normalize_embeddings
     assert_same_embeddings(Runtime(path, "cpu").embed_texts(TEXTS), st_embeddings(tmp_path / "st", TEXTS))
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from support.hf import assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers, with_config
 
+from ortformer.config import Classifier, LocalAttention
 from ortformer.errors import CheckpointError
 from ortformer.models import load_any
 
@@ -33,9 +34,9 @@ def test_eager_and_onnx_equal_transformers(saved, tmp_path):
     loaded, path = load_and_export(saved, tmp_path / "m.onnx")
     cfg = loaded.config
     assert loaded.family == "ultrabert" and not loaded.dropped
-    # the radius 3 is a window of 6 (|i - j| <= local_window // 2); layer 2 of each 3 is global
-    assert (cfg.local_window, cfg.global_every, cfg.global_offset, cfg.causal) == (6, 3, 2, False)
-    assert (cfg.rotary_theta, cfg.rotary_theta_local, cfg.norm, cfg.norm_position) == (1000.0, 20.0, "rmsnorm", "pre")
+    # the radius 3 is a window of 6 (|i - j| <= window // 2); layer 2 of each 3 is global
+    assert cfg.local_attention == LocalAttention(window=6, global_every=3, global_offset=2, rotary_theta=20.0)
+    assert (cfg.causal, cfg.rotary_theta, cfg.norm, cfg.norm_position) == (False, 1000.0, "rmsnorm", "pre")
     assert max(c.sequence for c in cases(cfg)) > 7  # rows longer than the window
     assert assert_matches_transformers(loaded, hf_reference(transformers.UltrabertModel, saved), path, pad_id=0) >= 12
 
@@ -50,7 +51,8 @@ def test_older_per_layer_keys(saved, tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.local_window, cfg.global_offset, cfg.rotary_theta, cfg.rotary_theta_local) == (6, 2, 1000.0, 20.0)
+    assert cfg.local_attention == LocalAttention(window=6, global_every=3, global_offset=2, rotary_theta=20.0)
+    assert cfg.rotary_theta == 1000.0
     assert_matches_transformers(loaded, hf_reference(transformers.UltrabertModel, folder), None, pad_id=0)
 
 
@@ -61,8 +63,8 @@ def test_classifiers(task, pooling, tmp_path):
     folder = save_hf(model_cls, tiny_config(num_labels=3, classifier_pooling=pooling), tmp_path / "m", seed=3)
     loaded = load_any(folder)
     cfg = loaded.config
-    assert (cfg.classifier_labels, cfg.classifier_per_token, cfg.classifier_dense) == (3, task == "token", "none")
-    assert cfg.classifier_pooling == pooling and not loaded.dropped
+    assert cfg.classifier == Classifier(labels=3, per_token=task == "token", pooling=pooling, dense="none")
+    assert not loaded.dropped
     torch.manual_seed(0)
     ids = torch.randint(1, 120, (2, 11))
     mask = torch.tensor([[1] * 11, [1] * 6 + [0] * 5])

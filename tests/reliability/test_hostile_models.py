@@ -27,6 +27,7 @@ from onnx import helper
 from support.reliability import child_env, scaled
 
 from ortformer import contract
+from ortformer.config import CONFIG_FORMAT
 
 RUNNER = textwrap.dedent("""
     import json, os, sys
@@ -285,11 +286,13 @@ def test_foreign_future_and_misdescribed_models(tmp_path, tokens_model, figures)
         save("ortformer_graph_without_metadata", no_meta),
         save("future_format", set_meta(fresh(), ortformer__format="2")),
         save("empty_format", set_meta(fresh(), ortformer__format="")),
-        save("future_config_format", with_config(fresh(), format=2)),
+        save("future_config_format", with_config(fresh(), format=CONFIG_FORMAT + 1)),
         save("config_not_json", set_meta(fresh(), ortformer__config="{")),
         save("config_nested_deep", set_meta(fresh(), ortformer__config="[" * 100_000)),
         save("parity_nested_deep", set_meta(fresh(), ortformer__parity="[" * 100_000)),
         save("config_unknown_key", with_config(fresh(), wings=2)),
+        save("config_group_unknown_key", with_config(fresh(), classifier={"labels": 2, "wings": 2})),
+        save("config_group_not_an_object", with_config(fresh(), local_attention=8)),
         save("config_invalid_value", with_config(fresh(), hidden_size=-4)),
         save("config_wrong_hidden_size", with_config(fresh(), hidden_size=64, ffn_size=128)),
         save("config_wrong_vocab_size", with_config(fresh(), vocab_size=1000)),

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from ortformer.config import preset  # noqa: E402
+from ortformer.config import Classifier, preset  # noqa: E402
 from support.text_models import minilm_tokenizer  # noqa: E402
 
 VOCAB = 30522  # BERT's, the MiniLM tokenizer's ids
@@ -34,9 +34,9 @@ def _export(folder: Path, name: str, **changes) -> Path:
 # (one label), a classifier (three named labels) and a SPLADE model (max over the masked-LM head)
 MODELS = {
     "embedder": dict(pooling="mean", prompts=PROMPTS, text_max_length=24),
-    "reranker": dict(classifier_labels=1),
-    "classifier": dict(classifier_labels=3, labels=["negative", "neutral", "positive"]),
-    "splade": dict(pooling="splade_max", classifier_labels=VOCAB, classifier_per_token=True),
+    "reranker": dict(classifier=Classifier(labels=1)),
+    "classifier": dict(classifier=Classifier(labels=3), labels=["negative", "neutral", "positive"]),
+    "splade": dict(pooling="splade_max", classifier=Classifier(labels=VOCAB, per_token=True)),
 }
 
 

@@ -1,10 +1,14 @@
 """Checks of config.json values shared by the family modules: required sizes, refused
-settings, the rope theta, and the EncoderConfig they build."""
+settings, the rope theta, and the EncoderConfig (and its optional groups) they build."""
 from __future__ import annotations
+
+from typing import TypeVar
 
 from ...checks import brief
 from ...config import EncoderConfig
 from ...errors import CheckpointError, ConfigError
+
+Group = TypeVar("Group")
 
 
 def make_config(what: str, **fields) -> EncoderConfig:
@@ -12,7 +16,21 @@ def make_config(what: str, **fields) -> EncoderConfig:
     try:
         return EncoderConfig(**fields)
     except ConfigError as exc:
-        raise CheckpointError(f"{what} config.json describes an encoder ortformer cannot build: {exc}") from None
+        raise _cannot_build(what, exc) from None
+
+
+def make_group(what: str, group: type[Group], **fields) -> Group:
+    """An EncoderConfig group (config_groups: Convolution, LocalAttention, ...) from config.json's values,
+    a CheckpointError as make_config's when the group refuses them: a group checks its own fields when it
+    is built, which is before make_config sees it."""
+    try:
+        return group(**fields)
+    except ConfigError as exc:
+        raise _cannot_build(what, exc) from None
+
+
+def _cannot_build(what: str, exc: ConfigError) -> CheckpointError:
+    return CheckpointError(f"{what} config.json describes an encoder ortformer cannot build: {exc}")
 
 
 def require(hf: dict, what: str, keys: tuple[str, ...]) -> None:

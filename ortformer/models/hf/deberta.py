@@ -4,9 +4,9 @@ transformers' DebertaModel is DeBERTa-v2's post-norm layer (deberta_v2.py) with 
 differences, each an EncoderConfig field or a renaming here:
 
 - relative positions are plain distances, I_ij = clamp(i - j + S, 0, 2S - 1) with
-  S = max_relative_positions (disentangled_max_distance = 0), over a table R read as stored
-  (disentangled_norm = False), projected by each layer's own pos_q_proj (with bias) and
-  pos_proj (without) (disentangled_projections = "separate");
+  S = max_relative_positions (disentangled.max_distance = 0), over a table R read as stored
+  (disentangled.norm = False), projected by each layer's own pos_q_proj (with bias) and
+  pos_proj (without) (disentangled.projections = "separate");
 - Q, K, V come from one bias-free in_proj whose rows interleave the heads (head h's
   q, k, v rows follow each other), plus q_bias and v_bias: regrouped into [Q; K; V]
   with a zero K bias;
@@ -27,7 +27,7 @@ from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .bert_layout import BERT_LAYER_NAMES, layer_shapes, split_dropped
-from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_fields, drop_unused, embedding_shapes,
+from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_group, drop_unused, embedding_shapes,
                          embedding_tensors, position_pair, query_scale)
 from .config_checks import make_config, refuse, require
 from .folder_import import import_folder
@@ -53,7 +53,7 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
         norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
         positions="learned" if hf.get("position_biased_input", True) else "none",
         max_positions=hf["max_position_embeddings"], type_vocab_size=hf.get("type_vocab_size", 0),
-        norm_eps=hf.get("layer_norm_eps", 1e-7), **disentangled_fields(hf, v1=True), **common)
+        norm_eps=hf.get("layer_norm_eps", 1e-7), disentangled=disentangled_group(hf, v1=True), **common)
 
 
 def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
@@ -61,14 +61,14 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     f, ffn = cfg.hidden_size, cfg.ffn_size
     out = embedding_shapes(cfg)
     linears = {"attention.output.dense": (f, f), "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
-    if cfg.disentangled_buckets:
+    if cfg.disentangled:
         linears["attention.self.pos_q_proj"] = (f, f)
     for i in range(cfg.num_layers):
         p = f"encoder.layer.{i}."
         out.update(layer_shapes(p, linears, ("attention.output.LayerNorm", "output.LayerNorm"), f))
         out[p + "attention.self.in_proj.weight"] = (3 * f, f)
         out[p + "attention.self.q_bias"] = out[p + "attention.self.v_bias"] = (f,)
-        if cfg.disentangled_buckets:
+        if cfg.disentangled:
             out[p + "attention.self.pos_proj.weight"] = (f, f)
     return out
 
@@ -91,7 +91,7 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
         for src, dst in BERT_LAYER_NAMES:
             for kind in ("weight", "bias"):
                 out[q + f"{dst}.{kind}"] = kept[p + f"{src}.{kind}"]
-        if cfg.disentangled_buckets:
+        if cfg.disentangled:
             s = p + "attention.self."
             out.update(position_pair(kept[s + "pos_q_proj.weight"], kept[s + "pos_q_proj.bias"],
                                      kept[s + "pos_proj.weight"], torch.zeros(f), i, scale))

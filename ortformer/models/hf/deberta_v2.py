@@ -7,19 +7,19 @@ transformers' DebertaV2Model is BERT's post-norm layer with disentangled attenti
 with R = LN(rel_embeddings) (2S, F) shared by every layer, projected by each layer's own
 query and key Linears (share_att_key), and I_ij = clamp(bucket(i - j) + S, 0, 2S - 1), the
 log buckets of position_buckets = S up to max_relative_positions. That is EncoderConfig's
-disentangled_buckets / disentangled_max_distance, whose scores divide by sqrt(D): storing
+disentangled group (Disentangled's buckets / max_distance), whose scores divide by sqrt(D): storing
 W_Q and b_Q divided by sqrt(3) scales every term by the same 1/sqrt(3) (q and pq each
 appear once per term), which is exact up to rounding. (Without relative attention
 transformers still divides by sqrt(D (1 + #pos_att_type terms)); the fold follows it.) Absolute positions are added only
 with position_biased_input (v2); v3 has none.
 
-Without position_buckets the distances are plain (disentangled_max_distance = 0); with
+Without position_buckets the distances are plain (disentangled.max_distance = 0); with
 share_att_key=false each layer projects R by a pos_query_proj / pos_key_proj pair of its own
-(disentangled_projections = "separate"), and norm_rel_ebd sets disentangled_norm: the parts
+(disentangled.projections = "separate"), and norm_rel_ebd sets disentangled.norm: the parts
 DeBERTa v1 (deberta.py) always has.
 
 The ConvLayer after the first layer (conv_kernel_size, xlarge and xxlarge) is EncoderConfig's
-conv_kernel_size / conv_groups / conv_activation. Refused: other pos_att_type sets,
+convolution group (Convolution's kernel_size / groups / activation). Refused: other pos_att_type sets,
 embedding_size != hidden_size (a bias-free projection) and attention_head_size != hidden / heads.
 """
 from __future__ import annotations
@@ -29,13 +29,13 @@ from pathlib import Path
 
 import torch
 
-from ...config import EncoderConfig
+from ...config import Convolution, Disentangled, EncoderConfig
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS, head_activation
 from .bert_layout import BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
-from .config_checks import make_config, refuse, require
+from .config_checks import make_config, make_group, refuse, require
 from .folder_import import import_folder
 from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
@@ -82,17 +82,17 @@ def deberta_config(hf: dict, common: dict) -> EncoderConfig:
         norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
         positions="learned" if learned else "none", max_positions=hf["max_position_embeddings"],
         type_vocab_size=hf.get("type_vocab_size", 0), norm_eps=hf.get("layer_norm_eps", 1e-7),
-        **disentangled_fields(hf, v1=False), **_convolution(hf), **common)
+        disentangled=disentangled_group(hf, v1=False), convolution=_convolution(hf), **common)
 
 
-def disentangled_fields(hf: dict, v1: bool) -> dict:
-    """The EncoderConfig fields of relative attention: S = position_buckets log buckets up to
+def disentangled_group(hf: dict, v1: bool) -> Disentangled | None:
+    """The EncoderConfig group of relative attention (None without it): S = position_buckets log buckets up to
     max_relative_positions, or (v1, or position_buckets <= 0) S = max_relative_positions plain
     distances; the table projected by each layer's own query and key Linears (share_att_key) or by
     a position pair of its own (v1 always), normalised with norm_rel_ebd (never in v1)."""
     what = "DeBERTa " if v1 else WHAT
     if not hf.get("relative_attention", False):
-        return {}
+        return None
     if _terms(hf) != TERMS:
         raise CheckpointError(f"{what}config.json pos_att_type={hf.get('pos_att_type')!r} is not supported; "
                               "ortformer implements both c2p and p2c (\"p2c|c2p\")")
@@ -104,20 +104,20 @@ def disentangled_fields(hf: dict, v1: bool) -> dict:
         raise CheckpointError(f"{what}config.json position_buckets={buckets!r} must be an int "
                               "(> 0: log buckets, e.g. 256; <= 0: plain distances)")
     shared = not v1 and hf.get("share_att_key", False)
-    fields = {"disentangled_projections": "shared" if shared else "separate",
-              "disentangled_norm": not v1 and "layer_norm" in str(hf.get("norm_rel_ebd", "none")).lower()}
-    if buckets > 0:
-        return {"disentangled_buckets": buckets, "disentangled_max_distance": max_distance, **fields}
-    return {"disentangled_buckets": max_distance, "disentangled_max_distance": 0, **fields}
+    fields = {"projections": "shared" if shared else "separate",
+              "norm": not v1 and "layer_norm" in str(hf.get("norm_rel_ebd", "none")).lower()}
+    # S log buckets up to max_distance, or S = max_distance plain distances (max_distance 0: no log buckets)
+    buckets, max_distance = (buckets, max_distance) if buckets > 0 else (max_distance, 0)
+    return make_group(what.strip(), Disentangled, buckets=buckets, max_distance=max_distance, **fields)
 
 
-def _convolution(hf: dict) -> dict:
-    """The EncoderConfig fields of the ConvLayer after the first layer (xlarge, xxlarge)."""
+def _convolution(hf: dict) -> Convolution | None:
+    """The EncoderConfig group of the ConvLayer after the first layer (xlarge, xxlarge); None without one."""
     kernel = hf.get("conv_kernel_size", 0) or 0
     if not kernel:
-        return {}
+        return None
     act = head_activation(hf.get("conv_act", "tanh"), "conv_act", WHAT.strip())
-    return {"conv_kernel_size": kernel, "conv_groups": hf.get("conv_groups", 1), "conv_activation": act}
+    return make_group(WHAT.strip(), Convolution, kernel_size=kernel, groups=hf.get("conv_groups", 1), activation=act)
 
 
 def embedding_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
@@ -129,9 +129,9 @@ def embedding_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
         out["embeddings.position_embeddings.weight"] = (cfg.max_positions, f)
     if cfg.type_vocab_size:
         out["embeddings.token_type_embeddings.weight"] = (cfg.type_vocab_size, f)
-    if cfg.disentangled_buckets:
-        out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled_buckets, f)
-    if cfg.disentangled_buckets and cfg.disentangled_norm:
+    if cfg.disentangled:
+        out["encoder.rel_embeddings.weight"] = (2 * cfg.disentangled.buckets, f)
+    if cfg.disentangled and cfg.disentangled.norm:
         out["encoder.LayerNorm.weight"] = out["encoder.LayerNorm.bias"] = (f,)
     return out
 
@@ -141,7 +141,7 @@ def drop_unused(kept: Tensors, dropped: list[str], cfg: EncoderConfig) -> list[s
     table without position_biased_input, the relative table's LayerNorm without relative
     attention); return ``dropped`` with their names."""
     unused = [] if cfg.positions == "learned" else ["embeddings.position_embeddings.weight"]
-    if not (cfg.disentangled_buckets and cfg.disentangled_norm):
+    if not (cfg.disentangled and cfg.disentangled.norm):
         unused += ["encoder.LayerNorm.weight", "encoder.LayerNorm.bias"]
     gone = [name for name in unused if kept.pop(name, None) is not None]
     return sorted([*dropped, *gone]) if gone else dropped
@@ -155,9 +155,9 @@ def embedding_tensors(kept: Tensors, cfg: EncoderConfig) -> Tensors:
         out["positions.table.weight"] = kept["embeddings.position_embeddings.weight"]
     if cfg.type_vocab_size:
         out["types.weight"] = kept["embeddings.token_type_embeddings.weight"]
-    if cfg.disentangled_buckets:
+    if cfg.disentangled:
         out["disentangled.table.weight"] = kept["encoder.rel_embeddings.weight"]
-    if cfg.disentangled_buckets and cfg.disentangled_norm:
+    if cfg.disentangled and cfg.disentangled.norm:
         out["disentangled.norm.weight"] = kept["encoder.LayerNorm.weight"]
         out["disentangled.norm.bias"] = kept["encoder.LayerNorm.bias"]
     return out
@@ -167,13 +167,13 @@ def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """transformers' DebertaV2Model tensor name -> shape (without dropped heads)."""
     f, ffn = cfg.hidden_size, cfg.ffn_size
     out = embedding_shapes(cfg)
-    if cfg.conv_kernel_size:
-        out["encoder.conv.conv.weight"] = (f, f // cfg.conv_groups, cfg.conv_kernel_size)
+    if cfg.convolution:
+        out["encoder.conv.conv.weight"] = (f, f // cfg.convolution.groups, cfg.convolution.kernel_size)
         out["encoder.conv.conv.bias"] = out["encoder.conv.LayerNorm.weight"] = out["encoder.conv.LayerNorm.bias"] = (f,)
     linears = {"attention.self.query_proj": (f, f), "attention.self.key_proj": (f, f),
                "attention.self.value_proj": (f, f), "attention.output.dense": (f, f),
                "intermediate.dense": (ffn, f), "output.dense": (f, ffn)}
-    if cfg.disentangled_projections == "separate":  # the config allows it with disentangled_buckets only
+    if cfg.disentangled and cfg.disentangled.projections == "separate":
         linears.update({"attention.self.pos_query_proj": (f, f), "attention.self.pos_key_proj": (f, f)})
     for i in range(cfg.num_layers):
         out.update(layer_shapes(f"encoder.layer.{i}.", linears, ("attention.output.LayerNorm", "output.LayerNorm"), f))
@@ -187,13 +187,13 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
     dropped = drop_unused(kept, dropped, cfg)
     check_tensors(kept, shapes(cfg), dtypes=HF_DTYPES, what=what, duplicates=duplicates)
     out = embedding_tensors(kept, cfg)
-    if cfg.conv_kernel_size:
+    if cfg.convolution:
         out.update({"conv.weight": kept["encoder.conv.conv.weight"], "conv.bias": kept["encoder.conv.conv.bias"],
                     "conv_norm.weight": kept["encoder.conv.LayerNorm.weight"],
                     "conv_norm.bias": kept["encoder.conv.LayerNorm.bias"]})
     qkv = ("attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj")
     out.update(post_norm_layers(kept, cfg.num_layers, qkv, BERT_LAYER_NAMES, scale))
-    if cfg.disentangled_projections == "separate":  # the config allows it with disentangled_buckets only
+    if cfg.disentangled and cfg.disentangled.projections == "separate":
         for i in range(cfg.num_layers):
             p = f"encoder.layer.{i}.attention.self."
             out.update(position_pair(kept[p + "pos_query_proj.weight"], kept[p + "pos_query_proj.bias"],

@@ -14,15 +14,15 @@ exclusive bounds), a full layer to every key. Layer l is full when (l + 1) % 6 =
 ``layer_types`` lists another pattern; full and sliding layers rotate with their own theta.
 
 This is ortformer's pre-norm ``rmsnorm`` encoder with ``sandwich_norm`` (the post-attention and
-post-FFN norms), ``qk_norm``, ``ffn_gated`` and ``local_window = sliding_window`` with
-``global_every`` / ``global_offset`` from the pattern. Folded into the weights: every norm weight
+post-FFN norms), ``qk_norm``, ``ffn_gated`` and a local_attention group (``window = sliding_window``,
+``global_every`` / ``global_offset`` from the pattern). Folded into the weights: every norm weight
 stored as 1 + w and the token table multiplied by sqrt(F), the same float32 products transformers
 computes; the query norm's weight multiplied by sqrt(D / query_pre_attn_scalar) when the scalar is
 not the head size D (ortformer scales scores by 1/sqrt(D); equal in exact arithmetic to
 transformers' scaling of the scores, up to rounding). Grouped-query attention is
 kept (``num_kv_heads``) as in llama.py. Causal Gemma 3 models (use_bidirectional_attention false: Gemma 3
-classifiers) have the causal window i - w < j <= i in their sliding layers, a causal ``local_window``
-of 2w - 1 (windows.causal_pattern); attention logit soft-capping is
+classifiers) have the causal window i - w < j <= i in their sliding layers, a causal local_attention
+``window`` of 2w - 1 (windows.causal_pattern); attention logit soft-capping is
 refused (transformers' Gemma 3 never applies it, whatever config.json says). The LM
 head is set aside; a classifier's "score" Linear is kept (heads.py).
 
@@ -149,8 +149,8 @@ def gemma_config(hf: dict, common: dict) -> EncoderConfig:
         raise CheckpointError(f"{WHAT}config.json sliding_window={window!r} is not supported; ortformer implements "
                               "windows of an int >= 2 tokens")
     thetas, longest = rope_thetas(hf, DEFAULT_THETA, WHAT), setting(hf, "max_position_embeddings")
-    if bidirectional:  # transformers halves a bidirectional window: |i - j| <= w // 2, local_window w
-        pattern = pattern_fields(window, every, offset, thetas)
+    if bidirectional:  # transformers halves a bidirectional window: |i - j| <= w // 2, local_attention.window w
+        pattern = pattern_fields(window, every, offset, thetas, WHAT)
     else:  # the causal i - w < j <= i
         pattern, longest = causal_pattern(kinds, window or None, longest, thetas, WHAT)
     return make_config(WHAT.strip(), **fields, sandwich_norm=True, causal=not bidirectional, qk_norm=True, **pattern,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...config import Classifier
 from ...errors import CheckpointError
 from ..weights import Tensors
 from .activations import head_activation
@@ -88,7 +89,8 @@ MLM_HEADS = {
 
 @dataclass(frozen=True)
 class ClassifierHead:
-    """The head a folder's config.json and weights describe."""
+    """The head a folder's config.json and weights describe; ``fields`` gives its EncoderConfig group,
+    config.Classifier (the config's description of the head, without the folder's names)."""
     per_token: bool
     layout: HeadLayout
     labels: tuple[str, ...]  # names by label id (none for an MLM head)
@@ -102,12 +104,11 @@ class ClassifierHead:
         return self.width or len(self.labels)
 
     def fields(self) -> dict:
-        """The EncoderConfig fields of this head."""
+        """The EncoderConfig fields of this head: its classifier group."""
         layout = self.layout
-        return {"classifier_labels": self.size, "classifier_per_token": self.per_token,
-                "classifier_pooling": layout.pooling, "classifier_norm": layout.norm is not None,
-                "classifier_dense": layout.activation if layout.dense is not None else "none",
-                "classifier_pad_id": layout.pad_id}
+        return {"classifier": Classifier(
+            labels=self.size, per_token=self.per_token, pooling=layout.pooling, norm=layout.norm is not None,
+            dense=layout.activation if layout.dense is not None else "none", pad_id=layout.pad_id)}
 
     def tensors(self, raw: Tensors, hidden_size: int, norm_bias: bool, what: str) -> tuple[Tensors, set[str]]:
         """The head's weights under the Encoder's names, and the raw names they came from.

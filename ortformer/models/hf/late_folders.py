@@ -21,6 +21,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...config import TokenDense
 from ...errors import CheckpointError
 from ...late import LateInteraction
 from ..weights import Tensors
@@ -60,7 +61,7 @@ class LateSpec:
 class TokenHeads:
     """What a late-interaction folder adds to the encoder: config fields, tensors, the files they came from."""
 
-    fields: dict
+    fields: dict  # EncoderConfig fields: the token_dense group (config.TokenDense), and bge-m3's token_weights
     spec: LateSpec
     tensors: Tensors = field(default_factory=dict)
     files: tuple[Path, ...] = ()
@@ -105,7 +106,7 @@ def pylate_spec(folder: Path) -> LateSpec:
 def st_token_heads(folder: Path, dense: DenseHead, hidden_size: int) -> TokenHeads:
     """The projection of a PyLate or sentence-transformers multi-vector folder (its Dense modules)."""
     tensors, files = dense_tensors(dense, hidden_size)
-    fields_ = {"token_dense_size": dense.layers[-1].out_features, "token_dense_bias": "sentence_dense.bias" in tensors}
+    fields_ = {"token_dense": TokenDense(size=dense.layers[-1].out_features, bias="sentence_dense.bias" in tensors)}
     mapped = {name.replace("sentence_dense", "token_dense"): value for name, value in tensors.items()}
     return TokenHeads(fields_, pylate_spec(folder) if is_pylate(folder) else LateSpec(), mapped, tuple(files))
 
@@ -116,7 +117,7 @@ def colbert_ai_heads(root: Path, hf_config: dict, raw: Tensors, what: str) -> To
         return None
     weight = raw.get("linear.weight")
     hidden = hf_config.get("hidden_size")
-    if weight is None or weight.ndim != 2 or weight.shape[1] != hidden:
+    if weight is None or weight.ndim != 2 or weight.shape[1] != hidden or weight.shape[0] < 1:
         raise CheckpointError(f"{what}: an {COLBERT_AI_ARCHITECTURE} checkpoint holds its projection linear.weight "
                               f"(dim, {hidden}); found {None if weight is None else tuple(weight.shape)}")
     path = root / COLBERT_AI_METADATA
@@ -139,7 +140,7 @@ def colbert_ai_heads(root: Path, hf_config: dict, raw: Tensors, what: str) -> To
     spec = LateSpec(values["query_token_id"], values["doc_token_id"], values["query_maxlen"], values["doc_maxlen"],
                     True, values["attend_to_mask_tokens"],
                     tuple(string.punctuation) if values["mask_punctuation"] else (), skiplist_by_encoding=True)
-    fields_ = {"token_dense_size": int(weight.shape[0]), "token_dense_bias": False}
+    fields_ = {"token_dense": TokenDense(size=int(weight.shape[0]), bias=False)}
     return TokenHeads(fields_, spec, {"token_dense.weight": weight}, (path,) if path.is_file() else (),
                       frozenset({"linear.weight"}))
 
@@ -166,11 +167,12 @@ def bge_m3_heads(folder: Path, hidden_size: int) -> TokenHeads | None:
             raise CheckpointError(f"{path}: must hold a Linear's weight and bias, found {keys}")
         weight, bias = state["weight"], state["bias"]
         out = weight.shape[0] if weight.ndim == 2 else -1
-        if weight.ndim != 2 or weight.shape[1] != hidden_size or (rows and out != rows) or tuple(bias.shape) != (out,):
+        if (weight.ndim != 2 or weight.shape[1] != hidden_size or out < 1 or (rows and out != rows)
+                or tuple(bias.shape) != (out,)):
             raise CheckpointError(f"{path}: weight {tuple(weight.shape)} and bias {tuple(bias.shape)} must be "
                                   f"({rows or 'D'}, {hidden_size}) and ({rows or 'D'},)")
         tensors[f"{target}.weight"], tensors[f"{target}.bias"] = weight.float(), bias.float()
-    fields_ = {"token_dense_size": int(tensors["token_dense.weight"].shape[0]), "token_dense_bias": True,
+    fields_ = {"token_dense": TokenDense(size=int(tensors["token_dense.weight"].shape[0]), bias=True),
                "token_weights": True}
     return TokenHeads(fields_, LateSpec(skip_first=True, sparse_skip=FLAG_SPARSE_SKIP), tensors, tuple(paths))
 

@@ -15,11 +15,11 @@ first) and ``positions = "rotary"``. Qwen3 attends causally (token i sees j <= i
 each head's q and k before the rotation (``qk_norm``). Grouped-query attention (num_key_value_heads <
 heads) is kept (``num_kv_heads``): K and V project to their own heads, each repeated in the graph
 for the query heads that share it, which is what Llama's repeat_kv computes. UltraBERT's sliding layers attend to |i - j| <= sliding_window (a
-radius: ``local_window = 2 sliding_window``), its full layers to every key; layer l is full when
+radius: a local_attention ``window = 2 sliding_window``), its full layers to every key; layer l is full when
 (l + 1) % 3 == 0 unless ``layer_types`` (or the older per-layer ``attention_windows``, 0 = full) says
 otherwise, and each kind rotates with its own theta (``rope_parameters``, or the older per-layer
 ``rope_theta`` list). Mistral's causal window (token i sees i - sliding_window < j <= i), and Qwen2's
-/ Qwen3's where use_sliding_window puts layers in it, is a causal ``local_window`` of 2 sliding_window - 1
+/ Qwen3's where use_sliding_window puts layers in it, is a causal local_attention ``window`` of 2 sliding_window - 1
 (windows.causal_pattern); a layer pattern no period gives (Qwen2's full layers below max_window_layers)
 caps the longest sequence at the window instead, where it never acts. Each family reads the bias flags its
 transformers model reads (Qwen2 and Mistral none, Qwen3 attention_bias only). A Mistral or
@@ -161,9 +161,9 @@ def sliding_layers(hf: dict, family: Family, what: str) -> tuple[list[str], int 
 
 
 def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
-    """UltraBERT's sliding-window fields: local_window, global_every / global_offset and the
-    rotary theta of each layer kind, from layer_types and rope_parameters or the older per-layer
-    attention_windows and rope_theta lists, read as transformers reads them."""
+    """UltraBERT's sliding-window fields: the local_attention group (window, global_every / global_offset,
+    the sliding layers' theta) and the full layers' rotary theta, from layer_types and rope_parameters or
+    the older per-layer attention_windows and rope_theta lists, read as transformers reads them."""
     windows = hf.get("attention_windows")
     if windows is not None and not (isinstance(windows, list) and len(windows) == layers and all(
             isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in windows)):
@@ -190,7 +190,8 @@ def ultrabert_pattern(hf: dict, layers: int, what: str) -> dict:
         thetas = dict(zip(kinds, hf["rope_theta"]))
         hf = {**hf, "rope_parameters": {kind: {"rope_type": "default", "rope_theta": theta}
                                         for kind, theta in thetas.items()}}
-    return pattern_fields(2 * radius if every > 1 else 0, every, offset, rope_thetas(hf, ULTRABERT_THETA, what))
+    thetas = rope_thetas(hf, ULTRABERT_THETA, what)
+    return pattern_fields(2 * radius if every > 1 else 0, every, offset, thetas, what)
 
 
 def llama_config(hf: dict, common: dict) -> EncoderConfig:

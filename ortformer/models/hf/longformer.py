@@ -2,8 +2,8 @@
 
 transformers' LongformerModel without a global_attention_mask (what sentence-transformers and
 LongformerModel callers that pass none run): every layer attends to |i - j| <= attention_window / 2,
-which is ortformer's ``local_window = attention_window`` with no global layer (global_every past
-the last layer). The embeddings and positions are RoBERTa's (roberta.py). The global projections
+which is ortformer's local_attention group with ``window = attention_window`` and no global layer
+(global_every past the last layer). The embeddings and positions are RoBERTa's (roberta.py). The global projections
 (query_global, key_global, value_global) act only on tokens given global attention, so they are
 set aside. LongformerForSequenceClassification gives its first token global attention whatever
 the caller passes, which ortformer does not implement: such folders are refused, as are question
@@ -13,11 +13,11 @@ classifier's head (one Linear per token, no global attention) is kept.
 """
 from __future__ import annotations
 
-from ...config import EncoderConfig
+from ...config import EncoderConfig, LocalAttention
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from .bert_layout import map_bert_layout
-from .config_checks import make_config
+from .config_checks import make_config, make_group
 from .folder_import import import_folder
 from .family import Family, VocabTokenizer
 from .vocab_tokenizers import byte_bpe_tokenizer
@@ -28,7 +28,7 @@ GLOBAL_PROJECTIONS = ("query_global", "key_global", "value_global")
 
 
 def window(hf: dict) -> int:
-    """attention_window as one local_window: an even int >= 2, the same for every layer."""
+    """attention_window as one local_attention window: an even int >= 2, the same for every layer."""
     layers, value = hf["num_hidden_layers"], hf.get("attention_window", 512)
     windows = value if isinstance(value, list) else [value] * layers
     if len(windows) != layers or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 2 and w % 2 == 0
@@ -42,9 +42,10 @@ def window(hf: dict) -> int:
 
 
 def longformer_config(hf: dict, common: dict) -> EncoderConfig:
-    layers = hf["num_hidden_layers"]
-    return make_config(WHAT.strip(), **roberta_fields(hf, WHAT), local_window=window(hf), global_every=layers + 1,
-                       global_offset=layers, **common)
+    layers, fields = hf["num_hidden_layers"], roberta_fields(hf, WHAT)
+    # every layer local: the global one of each group of layers + 1 sits past the last layer
+    local = make_group(WHAT.strip(), LocalAttention, window=window(hf), global_every=layers + 1, global_offset=layers)
+    return make_config(WHAT.strip(), **fields, local_attention=local, **common)
 
 
 def map_weights(raw, cfg: EncoderConfig, what: str, duplicates):

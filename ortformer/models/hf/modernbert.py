@@ -15,7 +15,7 @@ embedding_norm=True (which skips block 0's attention pre-norm) and a gated feed-
 - layer l is global when l % global_attn_every_n_layers == 0 (layer_types may list another
   period or offset); a sliding layer attends to
   |i - j| <= local_attention // 2 (transformers' sliding_window, inclusive), which is
-  local_window = local_attention.
+  EncoderConfig's local_attention group with window = config.json's local_attention.
 
 Newer config.json files spell the pattern and thetas as ``layer_types`` and
 ``rope_parameters``, older ones as ``global_attn_every_n_layers``, ``global_rope_theta`` and
@@ -77,7 +77,7 @@ def layer_kinds(hf: dict, layers: int, what: str) -> tuple[list[str], int | None
 
 
 def layer_pattern(hf: dict, layers: int) -> tuple[int, int, int]:
-    """(local_window, global_every, global_offset) of the bidirectional model: a sliding layer sees
+    """(window, global_every, global_offset) of the bidirectional model: a sliding layer sees
     |i - j| <= local_attention // 2; (0, 1, 0) when every layer is global."""
     kinds, window = layer_kinds(hf, layers, WHAT)
     every, offset = global_period(kinds, WHAT)
@@ -105,7 +105,8 @@ def shared_fields(hf: dict, what: str) -> dict:
 
 def modernbert_config(hf: dict, common: dict) -> EncoderConfig:
     fields = shared_fields(hf, WHAT)
-    pattern = pattern_fields(*layer_pattern(hf, hf["num_hidden_layers"]), rope_thetas(hf, DEFAULT_THETA, WHAT))
+    window, every, offset = layer_pattern(hf, hf["num_hidden_layers"])
+    pattern = pattern_fields(window, every, offset, rope_thetas(hf, DEFAULT_THETA, WHAT), WHAT)
     return make_config("ModernBERT", **fields, **pattern, max_positions=hf.get("max_position_embeddings", 8192),
                        **common)
 

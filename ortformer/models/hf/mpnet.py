@@ -5,7 +5,7 @@ MPNet's layers are BERT's post-norm layers with other weight names (``attention.
 
 - a relative position bias: one encoder-level ``relative_attention_bias`` Embedding
   (32, H), looked up with T5's bidirectional buckets of j - i (max distance 128) and added
-  to the scaled scores of every layer: relative_attention_buckets=32, max_distance=128.
+  to the scaled scores of every layer: the relative_attention group, buckets=32, max_distance=128.
   transformers computes 32 buckets whatever ``relative_attention_num_buckets`` says, so
   any other value is refused rather than guessed at;
 - RoBERTa's positions: padding_idx is fixed at 1 in transformers, kept token k
@@ -16,7 +16,7 @@ MPNet's layers are BERT's post-norm layers with other weight names (``attention.
 """
 from __future__ import annotations
 
-from ...config import EncoderConfig
+from ...config import EncoderConfig, RelativeAttention
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
@@ -50,7 +50,7 @@ def mpnet_config(hf: dict, common: dict) -> EncoderConfig:
         norm="layernorm", norm_position="post", activation=ACTIVATIONS[hf.get("hidden_act", "gelu")],
         positions="learned", max_positions=hf["max_position_embeddings"], position_offset=PADDING_IDX + 1,
         position_ids="kept", type_vocab_size=0, norm_eps=hf.get("layer_norm_eps", 1e-12),
-        relative_attention_buckets=BUCKETS, relative_attention_max_distance=MAX_DISTANCE, **common)
+        relative_attention=RelativeAttention(buckets=BUCKETS, max_distance=MAX_DISTANCE), **common)
 
 
 def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:

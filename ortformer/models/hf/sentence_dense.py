@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...config import SentenceDense
 from ...errors import CheckpointError
 from ..weights import Tensors, check_tensors, find_weights, read_weights
 from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, read_json
@@ -36,10 +37,10 @@ class DenseHead:
     layers: tuple[DenseLayer, ...]
 
     def fields(self) -> dict:
-        """Its EncoderConfig fields."""
-        return {"sentence_dense_size": self.layers[-1].out_features,
-                "sentence_dense_activation": self.layers[-1].activation,
-                "sentence_dense_bias": any(layer.bias for layer in self.layers)}
+        """Its EncoderConfig fields: the sentence_dense group."""
+        last = self.layers[-1]
+        return {"sentence_dense": SentenceDense(size=last.out_features, activation=last.activation,
+                                                bias=any(layer.bias for layer in self.layers))}
 
 
 def chain_dense(layers: list[DenseLayer]) -> DenseHead | None:

@@ -9,7 +9,7 @@ transformers' T5 encoder, with RMS(x) = x / sqrt(mean(x^2) + eps) * w and no bia
 
 is ortformer's pre-norm encoder with norm="rmsnorm", bias=False, positions="none" and the
 T5 relative position bias (one (buckets, H) table, in layer 0, added to every layer's
-scores: relative_attention_buckets / relative_attention_max_distance, as MPNet). Two
+scores: the relative_attention group's buckets / max_distance, as MPNet). Two
 differences are folded into the weights instead of the config:
 
 - T5 does not scale Q K^T by 1/sqrt(D); ortformer's attention does, so W_Q is stored
@@ -29,12 +29,12 @@ import math
 
 import torch
 
-from ...config import EncoderConfig
+from ...config import EncoderConfig, RelativeAttention
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .config_checks import make_config, require
+from .config_checks import make_config, make_group, require
 from .folder_import import import_folder
 from .folder_layout import HF_DTYPES
 from .family import Family, VocabTokenizer
@@ -77,6 +77,8 @@ def t5_config(hf: dict, common: dict) -> EncoderConfig:
         raise unsupported_model_type(hf.get("model_type"))
     require(hf, "T5", REQUIRED)
     activation, gated = feed_forward(hf)
+    relative = make_group("T5", RelativeAttention, buckets=hf.get("relative_attention_num_buckets", 32),
+                          max_distance=hf.get("relative_attention_max_distance", 128))
     return make_config(
         "T5", vocab_size=hf["vocab_size"], hidden_size=hf["d_model"], num_heads=hf["num_heads"],
         # heads of d_kv need not split d_model (flan-t5-small: 6 x 64 in 512)
@@ -84,16 +86,14 @@ def t5_config(hf: dict, common: dict) -> EncoderConfig:
         num_layers=hf["num_layers"], ffn_size=hf["d_ff"], ffn_gated=gated, bias=False, attention="softmax",
         norm="rmsnorm", norm_position="pre", activation=activation, positions="none",
         max_positions=hf.get("n_positions") or DEFAULT_MAX_POSITIONS, type_vocab_size=0,
-        norm_eps=hf.get("layer_norm_epsilon", 1e-6),
-        relative_attention_buckets=hf.get("relative_attention_num_buckets", 32),
-        relative_attention_max_distance=hf.get("relative_attention_max_distance", 128), **common)
+        norm_eps=hf.get("layer_norm_epsilon", 1e-6), relative_attention=relative, **common)
 
 
 def shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """transformers' T5EncoderModel tensor name -> shape (the token table under one of its two names)."""
     f, ffn = cfg.hidden_size, cfg.ffn_size
     out = {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight":
-           (cfg.relative_attention_buckets, cfg.num_heads), "encoder.final_layer_norm.weight": (f,)}
+           (cfg.relative_attention.buckets, cfg.num_heads), "encoder.final_layer_norm.weight": (f,)}
     up = ("wi_0", "wi_1") if cfg.ffn_gated else ("wi",)
     a = cfg.attention_size
     for i in range(cfg.num_layers):

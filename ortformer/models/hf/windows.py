@@ -7,8 +7,9 @@ sliding otherwise"; config.json lists it as ``layer_types`` (or a period the fam
 from __future__ import annotations
 
 from ...checks import brief
+from ...config import LocalAttention
 from ...errors import CheckpointError
-from .config_checks import default_rope_theta, refuse
+from .config_checks import default_rope_theta, make_group, refuse
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -42,17 +43,21 @@ def global_period(kinds: list[str], what: str, source: str | None = "layer_types
     return every, offset
 
 
-def pattern_fields(window: int, every: int, offset: int, thetas: dict[str, float]) -> dict:
-    """The EncoderConfig fields of a layer pattern: ``window`` the local_window (0 when every layer is
-    global, which global_period gives as every = 1, offset = 0) and the theta of each layer kind."""
-    return {"rotary_theta": thetas[FULL], "rotary_theta_local": thetas[SLIDING] if window else 0.0,
-            "local_window": window, "global_every": every, "global_offset": offset}
+def pattern_fields(window: int, every: int, offset: int, thetas: dict[str, float], what: str) -> dict:
+    """The EncoderConfig fields of a layer pattern: rotary_theta, the full layers' theta, and the
+    local_attention group of the window ``window`` with the sliding layers' theta; None when every layer
+    is global (``window`` 0, which global_period gives as every = 1, offset = 0)."""
+    local = None
+    if window:
+        local = make_group(what.strip(), LocalAttention, window=window, global_every=every, global_offset=offset,
+                           rotary_theta=thetas[SLIDING])
+    return {"rotary_theta": thetas[FULL], "local_attention": local}
 
 
 def causal_pattern(kinds: list[str], window: int | None, longest: int, thetas: dict[str, float],
                    what: str) -> tuple[dict, int]:
     """(EncoderConfig fields, the longest sequence) of a decoder whose ``kinds`` layers slide with the causal
-    window w = ``window`` (token i sees i - w < j <= i: local_window 2w - 1 under causal attention).
+    window w = ``window`` (token i sees i - w < j <= i: a local_attention window of 2w - 1 under causal attention).
 
     No sliding layer, or a window that cannot act within ``longest`` tokens where both kinds rotate
     alike, gives full layers (kinds that rotate otherwise keep the pattern, the window idle). A
@@ -61,14 +66,14 @@ def causal_pattern(kinds: list[str], window: int | None, longest: int, thetas: d
     kinds rotate alike (CheckpointError otherwise)."""
     idle = window is not None and window >= longest  # the window never acts: only the thetas can tell kinds apart
     if window is None or SLIDING not in kinds or (idle and thetas[FULL] == thetas[SLIDING]):
-        return pattern_fields(0, 1, 0, thetas), longest
+        return pattern_fields(0, 1, 0, thetas, what), longest
     try:
         every, offset = global_period(kinds, what)
     except CheckpointError:
         if thetas[FULL] != thetas[SLIDING]:
             raise
-        return pattern_fields(0, 1, 0, thetas), window
-    return pattern_fields(2 * window - 1, every, offset, thetas), longest
+        return pattern_fields(0, 1, 0, thetas, what), window
+    return pattern_fields(2 * window - 1, every, offset, thetas, what), longest
 
 
 def rope_thetas(hf: dict, defaults: dict[str, tuple[str | None, float]], what: str) -> dict[str, float]:
