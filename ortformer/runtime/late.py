@@ -18,8 +18,6 @@ from .. import contract
 from ..checks import check_int
 from ..errors import InputError
 from ..late import LateInteraction
-from .batching import length_batches, pad
-from .validate import check_inputs
 
 KINDS = ("query", "document")
 
@@ -58,26 +56,6 @@ def prepare(encoder, texts: list[str], late: LateInteraction, kind: str, default
     return ids, attention, keep
 
 
-def run_prepared(runtime, ids: list[np.ndarray], attention: list[np.ndarray], names: list[str],
-                 batch_size: int, max_tokens: int | None) -> dict[str, list[np.ndarray]]:
-    """Each output in ``names`` per text, batched by length: a per-token one cut to the text's length
-    (n_i, ...), a pooled one its row."""
-    results = {name: [None] * len(ids) for name in names}
-    shapes = contract.output_shapes(runtime.config)
-    per_token = {name: shapes[name][1] == contract.SEQUENCE_AXIS for name in names}
-    for batch in length_batches(np.array([len(a) for a in ids]), batch_size, max_tokens):
-        padded, _ = pad([ids[i] for i in batch])
-        mask, _ = pad([attention[i] for i in batch])  # the texts' own attention, zeros past each length
-        given = {runtime.main_input: padded, contract.ATTENTION_MASK: mask}
-        if contract.TOKEN_TYPE_IDS in runtime.input_names:
-            given[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
-        out = runtime._execute(check_inputs(runtime._spec, given), names=names)
-        for name in names:
-            for row, i in enumerate(batch):  # copies, so one result does not pin its batch
-                results[name][i] = out[name][row, : len(ids[i])].copy() if per_token[name] else out[name][row].copy()
-    return results
-
-
 def lexical_weights(ids: np.ndarray, weights: np.ndarray, skip: Sequence[int]) -> dict[int, float]:
     """{token id: max weight over its positions} for weights > 0 and ids not in ``skip``."""
     unique, inverse = np.unique(ids, return_inverse=True)
@@ -104,23 +82,12 @@ def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 
     texts = check_texts(texts)
     ids, attention, keep = prepare(encoder, texts, late, kind, runtime.text_max_length, runtime.config.max_sequence,
                                    max_length)
-    check_int("batch_size", batch_size)
-    if max_tokens is not None:
-        check_int("max_tokens", max_tokens, why=" (or None for no cap)")
-    raw = run_prepared(runtime, ids, attention, outputs, batch_size, max_tokens)
-    shapes = contract.output_shapes(runtime.config)
-    result = {}
-    for name in outputs:
-        if name == contract.TOKEN_EMBEDDINGS:
-            result[name] = [vectors[kept] for vectors, kept in zip(raw[name], keep)]
-        elif name == contract.SPARSE:
-            result[name] = [lexical_weights(i, w, late.sparse_skip) for i, w in zip(ids, raw[name])]
-        elif shapes[name][1] != contract.SEQUENCE_AXIS:  # pooled (sentence_embedding, logits): (n, S), as embed gives it
-            rows = raw[name]
-            result[name] = np.stack(rows) if rows else np.zeros((0, shapes[name][-1]), np.float32)
-        else:  # last_hidden_state: (n_i, F) per text
-            result[name] = raw[name]
-    return result
+    result = runtime.embed_outputs(ids, outputs, batch_size, max_tokens, attention=attention)
+    if contract.TOKEN_EMBEDDINGS in result:
+        result[contract.TOKEN_EMBEDDINGS] = [vectors[kept] for vectors, kept in zip(result[contract.TOKEN_EMBEDDINGS], keep)]
+    if contract.SPARSE in result:
+        result[contract.SPARSE] = [lexical_weights(i, w, late.sparse_skip) for i, w in zip(ids, result[contract.SPARSE])]
+    return result  # the rest as embed gives them: pooled (n, S), last_hidden_state (n_i, F) per text
 
 
 def embed_all(runtime, texts, kind: str, batch_size: int, max_tokens: int | None, max_length: int | None = None) -> dict:

@@ -468,7 +468,8 @@ class Runtime:
         return dict(zip(names, binding.copy_outputs_to_cpu()))
 
     def embed(self, sequences: Sequence[Any], batch_size: int = 32, output: str | None = None,
-              max_tokens: int | None = None, token_types: Sequence[Any] | None = None):
+              max_tokens: int | None = None, token_types: Sequence[Any] | None = None,
+              attention: Sequence[Any] | None = None):
         """Run many sequences of different lengths, batched by similar length.
 
         sequences: token-id lists (len_i,), or (len_i, F) float arrays for vocab_size = 0.
@@ -479,9 +480,18 @@ class Runtime:
         float32 array (S = config.sentence_size); "last_hidden_state" (default otherwise) returns a list of
         (len_i, F) arrays; "logits" (a classifier) an (n, L) array, or per token a list of (len_i, L).
         token_types: a (len_i,) type-id list per sequence (text pairs), for a model that takes
-        token_type_ids; default zeros. Results are in the caller's order and equal unbatched runs.
+        token_type_ids; default zeros. attention: a (len_i,) 0/1 mask per sequence, default all ones
+        (a ColBERT query's [MASK] expansion tokens are run but not attended to: runtime/late.py).
+        Results are in the caller's order and equal unbatched runs.
         """
         name = self.select_output(output)
+        return self.embed_outputs(sequences, [name], batch_size, max_tokens, token_types, attention)[name]
+
+    def embed_outputs(self, sequences: Sequence[Any], outputs: Sequence[str], batch_size: int = 32,
+                      max_tokens: int | None = None, token_types: Sequence[Any] | None = None,
+                      attention: Sequence[Any] | None = None) -> dict[str, Any]:
+        """embed for several outputs from one run per batch: {output: its result, as embed gives it}."""
+        names = [self.select_output(name) for name in outputs]
         check_int("batch_size", batch_size)
         if max_tokens is None and self.provider != "cuda":  # cpu and openvino: the CPU's budget
             max_tokens = CPU_TOKENS_PER_THREAD * self.threads
@@ -492,27 +502,34 @@ class Runtime:
         sequences = list(sequences)
         if token_types is not None:
             self._check_type_lists(token_types, len(sequences))
-        checked = [self._checked_sequence(i, s, None if token_types is None else token_types[i])
+        if attention is not None and (isinstance(attention, (str, bytes)) or not hasattr(attention, "__len__")
+                                      or len(attention) != len(sequences)):
+            raise InputError(f"attention must hold one 0/1 mask per sequence ({len(sequences)})")
+        checked = [self._checked_sequence(i, s, None if token_types is None else token_types[i],
+                                          None if attention is None else attention[i])
                    for i, s in enumerate(sequences)]
-        arrays = [ids for ids, _ in checked]
-        types = None if token_types is None else [t for _, t in checked]
-        shape = contract.output_shapes(self.config)[name]
-        pooled = shape[1] != contract.SEQUENCE_AXIS  # one vector per sequence: (B, S) or (B, L)
-        result = np.empty((len(arrays), shape[-1]), np.float32) if pooled else [None] * len(arrays)
+        arrays = [ids for ids, _, _ in checked]
+        shapes = contract.output_shapes(self.config)
+        pooled = {name: shapes[name][1] != contract.SEQUENCE_AXIS for name in names}  # one vector per sequence
+        results = {name: np.empty((len(arrays), shapes[name][-1]), np.float32) if pooled[name] else [None] * len(arrays)
+                   for name in names}
         if not arrays:
-            return result
+            return results
         for batch in length_batches(np.array([len(a) for a in arrays]), batch_size, max_tokens):
             padded, mask = pad([arrays[i] for i in batch])
+            if attention is not None:  # the sequences' own masks, zeros past each length
+                mask = pad([checked[i][2] for i in batch])[0]
             feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask}
-            feeds.update(self._zero_types(mask) if types is None else
-                         {contract.TOKEN_TYPE_IDS: pad([types[i] for i in batch])[0]})
-            out = self._execute(feeds, names=[name])[name]
-            if pooled:
-                result[batch] = out
-            else:
+            feeds.update(self._zero_types(mask) if token_types is None else
+                         {contract.TOKEN_TYPE_IDS: pad([checked[i][1] for i in batch])[0]})
+            out = self._execute(feeds, names=names)
+            for name in names:
+                if pooled[name]:
+                    results[name][batch] = out[name]
+                    continue
                 for row, i in enumerate(batch):  # copy, so one result does not pin its whole batch
-                    result[i] = out[row, : len(arrays[i])].copy()
-        return result
+                    results[name][i] = out[name][row, : len(arrays[i])].copy()
+        return results
 
     def select_output(self, output: str | None) -> str:
         """`output` checked against the model's outputs; None picks the default: a
@@ -527,9 +544,10 @@ class Runtime:
                              f"(pooling={self.config.pooling!r}, classifier labels={self.config.num_labels})")
         return output
 
-    def _checked_sequence(self, index: int, sequence: Any, types: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """Validate one sequence (and its type ids, if given) as a batch of one, so embed
-        refuses what run refuses; (ids or features, type ids or None)."""
+    def _checked_sequence(self, index: int, sequence: Any, types: Any = None,
+                          attention: Any = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Validate one sequence (and its type ids and attention mask, if given) as a batch of one,
+        so embed refuses what run refuses; (ids or features, type ids or None, mask or None)."""
         array = as_array(f"sequence {index}", sequence)
         rank = 1 if self.config.takes_ids else 2
         if array.ndim != rank:
@@ -538,11 +556,14 @@ class Runtime:
         given = {self.main_input: array[None]}
         if types is not None:
             given[contract.TOKEN_TYPE_IDS] = as_array(f"token_types {index}", types)[None]
+        if attention is not None:
+            given[contract.ATTENTION_MASK] = as_array(f"attention {index}", attention)[None]
         try:
             feeds = check_inputs(self._spec, given)
         except InputError as exc:  # checked as a batch of one: name places within the sequence, not that batch
             raise InputError(f"sequence {index}: " + BATCH_OF_ONE.sub(r"\1[", str(exc))) from None
-        return feeds[self.main_input][0], feeds[contract.TOKEN_TYPE_IDS][0] if types is not None else None
+        return (feeds[self.main_input][0], feeds[contract.TOKEN_TYPE_IDS][0] if types is not None else None,
+                feeds[contract.ATTENTION_MASK][0] if attention is not None else None)
 
     def _check_type_lists(self, token_types: Any, count: int) -> None:
         """token_types, when given, is one type-id list per sequence for a model that takes them."""

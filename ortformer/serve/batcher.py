@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.batching import length_batches
-from ..runtime.late import run_prepared
 from .errors import ServeError, backend
 from .metrics import Metrics
 from .model import Encoded, ServedModel
@@ -202,10 +201,7 @@ class Batcher:
                     job.future.set_result(job.results)
 
     def _call(self, output: str, sequences: list, types: list | None, attention: list | None):
-        """One model call: sequences that length_batches cut to fit max_batch_tokens; late-interaction
-        sequences with their own attention (runtime/late.py's run_prepared)."""
-        if attention is not None:
-            return run_prepared(self.model.runtime, sequences, attention, [output], len(sequences),
-                                self.max_batch_tokens)[output]
+        """One model call: sequences that length_batches cut to fit max_batch_tokens (late-interaction
+        sequences with their own attention, runtime/late.py's prepare)."""
         return self.model.runtime.embed(sequences, batch_size=len(sequences), output=output,
-                                        max_tokens=self.max_batch_tokens, token_types=types)
+                                        max_tokens=self.max_batch_tokens, token_types=types, attention=attention)

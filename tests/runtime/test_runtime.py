@@ -202,6 +202,28 @@ def test_embed_defaults_and_edges(tokens_rt, nopool_rt):
             tokens_rt.embed([[1]], max_tokens=bad)
 
 
+def test_embed_with_own_attention_equals_run_with_that_mask(tokens_rt, rng):
+    """attention: each sequence's own 0/1 mask (a ColBERT query's unattended expansion tokens),
+    batched by length and padded with zeros, gives what run() gives that sequence with that mask;
+    embed_outputs hands back several outputs of the same runs."""
+    sequences = [rng.integers(0, 100, size=n) for n in (4, 9, 6, 9, 2)]
+    masks = [np.r_[np.ones(max(1, n - 2), np.int64), np.zeros(n - max(1, n - 2), np.int64)] for n in (4, 9, 6, 9, 2)]
+    got = tokens_rt.embed_outputs(sequences, ["sentence_embedding", "last_hidden_state"], batch_size=2,
+                                  attention=masks)
+    for i, (sequence, mask) in enumerate(zip(sequences, masks)):
+        want = tokens_rt.run(input_ids=sequence[None], attention_mask=mask[None])
+        np.testing.assert_allclose(got["sentence_embedding"][i], want["sentence_embedding"][0], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(got["last_hidden_state"][i], want["last_hidden_state"][0], atol=1e-5, rtol=0)
+    ones = tokens_rt.embed(sequences, batch_size=2)
+    assert not np.allclose(got["sentence_embedding"][1], ones[1], atol=1e-3)  # the mask was really applied
+    with pytest.raises(InputError, match="one 0/1 mask per sequence"):
+        tokens_rt.embed(sequences, attention=masks[:2])
+    with pytest.raises(InputError, match="sequence 1: attention_mask"):
+        tokens_rt.embed(sequences[:2], attention=[masks[0], masks[1][:3]])  # not the sequence's length
+    with pytest.raises(InputError, match="sequence 0: attention_mask"):
+        tokens_rt.embed(sequences[:1], attention=[np.full(4, 2)])
+
+
 def test_embed_fetches_only_the_output_it_returns(tokens_rt, rng, monkeypatch):
     """embed asks onnxruntime for the one output it hands back (no copy and no finiteness
     scan of last_hidden_state when sentence embeddings are wanted); run() still gets all."""
