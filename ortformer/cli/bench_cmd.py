@@ -1,7 +1,6 @@
 """`ortformer bench`: thin wrapper over ortformer.bench (imports torch inside the command)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 

@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from .. import cost, parity
 from ..checks import check_int
-from ..errors import InputError, OrtformerError
+from ..errors import OrtformerError
 from . import providers
 from ..modelfile import read_model_file
 from .optimize import optimized_for_cpu
