@@ -272,14 +272,15 @@ class EncoderConfig:
             raise ConfigError(f"unknown config field(s) {sorted(unknown)}; valid fields: {', '.join(field_names())}")
         return dataclasses.replace(self, **changes)
 
-    def with_fields(self, data: dict) -> "EncoderConfig":
+    def with_fields(self, data: dict, strict: bool = False) -> "EncoderConfig":
         """A copy with data's fields set: format 2 (groups as objects or null) or format 1's flat
         names (classifier_labels, local_window, ... as export's flags and older config files spell
-        them, checked strictly: a group's field without its switch is refused)."""
+        them). A flat field of a group that stays off is refused, except those format 1 let pass
+        without effect, which are dropped; strict (export's flags) refuses those too."""
         data = dict(data)
         version = data.pop("format", None)
         if version == 1 or (version is None and config_format1.is_flat(data)):
-            return EncoderConfig.from_dict(config_format1.merge_flat(self._fields_dict(), data))
+            return EncoderConfig.from_dict(config_format1.merge_flat(self._fields_dict(), data, strict))
         return EncoderConfig.from_dict({**self._fields_dict(), **data, "format": CONFIG_FORMAT if version is None else version})
 
     def _fields_dict(self) -> dict[str, Any]:

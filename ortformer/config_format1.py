@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config_groups import CLASSIFIER_POOLINGS, DENSE_ACTIVATIONS
 from .errors import ConfigError
 
 # flat name -> (group, field). The first name of each group is its switch: 0 = the group is off.
@@ -52,6 +53,14 @@ OFF: dict[str, Any] = {
 HARMLESS_WHEN_OFF = frozenset({"relative_attention_max_distance", "disentangled_max_distance", "global_every",
                                "sentence_dense_activation", "sentence_dense_bias", "classifier_pooling"})
 SWITCHES = {group: flat for flat, (group, field) in reversed(FLAT.items())}  # each group's first name
+# the values format 1 took for those while they had no effect: a file of it holds nothing else
+_VALID_WHEN_OFF = {
+    "relative_attention_max_distance": (lambda v: v >= 1, ">= 1"),
+    "disentangled_max_distance": (lambda v: v >= 0, ">= 0"),
+    "global_every": (lambda v: v >= 1, ">= 1"),
+    "sentence_dense_activation": (lambda v: v in DENSE_ACTIVATIONS, f"one of {', '.join(DENSE_ACTIVATIONS)}"),
+    "classifier_pooling": (lambda v: v in CLASSIFIER_POOLINGS, f"one of {', '.join(CLASSIFIER_POOLINGS)}"),
+}
 
 
 def is_flat(data: dict) -> bool:
@@ -71,17 +80,34 @@ def from_flat(data: dict, strict: bool = False) -> dict:
     out = {k: v for k, v in data.items() if k not in FLAT}
     for group, switch in SWITCHES.items():
         names = [flat for flat, (g, _) in FLAT.items() if g == group]
-        if data.get(switch, 0):
-            out[group] = {FLAT[flat][1]: data[flat] for flat in names if flat in data}
+        if switch in data and data[switch]:
+            out[group] = {FLAT[flat][1]: data[flat] for flat in names if flat in data}  # the group checks them
             continue
+        for flat in names:  # an off group's fields still hold their type: False is not 0, nor 1 True
+            if flat in data:
+                _check_type(flat, data[flat])
         stray = [flat for flat in names[1:] if flat in data and data[flat] != OFF[flat]
                  and (strict or flat not in HARMLESS_WHEN_OFF)]
         if stray:
             raise ConfigError(f"{', '.join(stray)} shape{'s' if len(stray) == 1 else ''} {group}; with {switch}=0 "
                               f"there is none: set {switch}, or leave {'it' if len(stray) == 1 else 'them'} at "
                               "the default")
+        for flat in names:
+            valid, what = _VALID_WHEN_OFF.get(flat, (None, ""))
+            if flat in data and valid and not valid(data[flat]):
+                raise ConfigError(f"{flat}={data[flat]!r} is not valid; it must be {what}")
         out[group] = None
     return out
+
+
+def _check_type(flat: str, value: Any) -> None:
+    """value has the type of the field's format-1 default (an int is a fine float; a bool is no number)."""
+    want = type(OFF[flat])
+    ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise ConfigError(f"{flat}={value!r} must be of type {want.__name__}, got {type(value).__name__}")
 
 
 def to_flat(data: dict) -> dict:
@@ -93,12 +119,12 @@ def to_flat(data: dict) -> dict:
     return out
 
 
-def merge_flat(base: dict, data: dict) -> dict:
-    """data's flat fields over base (format 2, no "format" key), as a format-2 dict. A switch that
-    data sets to 0 turns its group off with every field base had in it; data's own fields of a
-    group it turns off are still refused."""
+def merge_flat(base: dict, data: dict, strict: bool = False) -> dict:
+    """data's flat fields over base (format 2, no "format" key), as a format-2 dict, read as
+    from_flat reads them. A switch that data sets to 0 turns its group off with every field base
+    had in it; data's own fields of a group it turns off are still refused as from_flat refuses them."""
     flat = to_flat(base)
     for group, switch in SWITCHES.items():
         if switch in data and not data[switch]:
             flat.update({name: OFF[name] for name, (g, _) in FLAT.items() if g == group})
-    return from_flat({**flat, **data}, strict=True)
+    return from_flat({**flat, **data}, strict)

