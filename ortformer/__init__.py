@@ -25,7 +25,7 @@ from .errors import (
 from ._version import __version__
 
 __all__ = [
-    "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
+    "__version__", "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
     # EncoderConfig's optional groups (config_groups.py)
     "Classifier", "Convolution", "Disentangled", "LocalAttention", "RelativeAttention", "SentenceDense", "TokenDense",
     "OrtformerError", "ConfigError", "CheckpointError", "ExportError", "ParityError",

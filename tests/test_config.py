@@ -9,7 +9,7 @@ import pytest
 
 from ortformer import config_format1
 from ortformer.config import (PRESETS, Classifier, Convolution, Disentangled, EncoderConfig, LocalAttention,
-                              RelativeAttention, SentenceDense, TokenDense, field_names, preset)
+                              RelativeAttention, SentenceDense, TokenDense, preset)
 from ortformer.config_groups import GROUPS
 from ortformer.cost import flops_per_sequence, total_flops
 from ortformer.errors import ConfigError

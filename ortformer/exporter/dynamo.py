@@ -16,10 +16,14 @@ import io
 import logging
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import ExportError
+
+if TYPE_CHECKING:  # the return annotation only; onnx loads where the program is saved
+    import onnx
 
 _lock = threading.Lock()
 _built: dict[int | None, object] = {}  # opset (None: torch's default) -> registry
@@ -63,7 +67,7 @@ def _registry_built_once():
             cls.from_torchlib = original
 
 
-def export_program(module: torch.nn.Module, args: tuple, *, what: str, **options) -> "onnx.ModelProto":
+def export_program(module: torch.nn.Module, args: tuple, *, what: str, **options) -> onnx.ModelProto:
     """`torch.onnx.export(module, args, dynamo=True, **options).model_proto`, with the exporter's
     own prints, warnings and logs kept out of the user's terminal; a failure raises ExportError
     naming `what` and the last lines the exporter printed."""

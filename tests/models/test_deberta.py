@@ -1,7 +1,6 @@
 """DeBERTa (v1) import, and DeBERTa-v2 folders with v1's relative-attention parts, against transformers."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from support.hf import (assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers,
                         with_config)

@@ -254,7 +254,6 @@ def test_no_bias_leaves_no_bias_anywhere():
 def test_relative_buckets_equal_transformers_mpnet():
     from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
-    from ortformer.models.layers import RelativePositionBias
 
     for buckets, distance, n in [(32, 128, 300), (8, 6, 40), (6, 3, 20)]:
         cfg = preset("tiny", relative_attention=RelativeAttention(buckets=buckets, max_distance=distance),
