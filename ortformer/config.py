@@ -269,7 +269,8 @@ class EncoderConfig:
     def replace(self, **changes: Any) -> "EncoderConfig":
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
-            raise ConfigError(f"unknown config field(s) {sorted(unknown)}; valid fields: {', '.join(field_names())}")
+            raise ConfigError(f"unknown config field(s) {sorted(unknown)}; valid fields: {', '.join(field_names())}"
+                              + _flat_hint(unknown))
         return dataclasses.replace(self, **changes)
 
     def with_fields(self, data: dict, strict: bool = False) -> "EncoderConfig":
@@ -306,14 +307,22 @@ class EncoderConfig:
         version = data.pop("format", None)
         if version is None:
             version = 1 if config_format1.is_flat(data) else CONFIG_FORMAT
-        if version not in READABLE_FORMATS or isinstance(version, bool):
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ConfigError(f"config format {version!r} must be an integer: {', '.join(map(str, READABLE_FORMATS))}")
+        if version not in READABLE_FORMATS:
             raise ConfigError(f"config format {version!r} is not supported; this ortformer reads formats "
                               f"{', '.join(map(str, READABLE_FORMATS))}")
-        if version == 1:
+        valid = field_names()
+        if version == 1:  # a typo's message lists the flat names this format spells
+            flat_valid = tuple(n for n in valid if n not in GROUPS) + tuple(config_format1.FLAT)
+            unknown = sorted(set(data) - set(flat_valid) - set(GROUPS))  # a group: from_flat names the mixed layouts
+            if unknown:
+                raise ConfigError(f"unknown config key(s) {unknown} in config format 1; valid keys: "
+                                  f"{', '.join(flat_valid)}")
             data = config_format1.from_flat(data)
-        unknown = sorted(set(data) - set(field_names()))
+        unknown = sorted(set(data) - set(valid))
         if unknown:
-            raise ConfigError(f"unknown config key(s) {unknown}; valid keys: {', '.join(field_names())}")
+            raise ConfigError(f"unknown config key(s) {unknown}; valid keys: {', '.join(valid)}" + _flat_hint(unknown))
         return cls(**data)
 
     @classmethod
@@ -323,6 +332,12 @@ class EncoderConfig:
         except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested input
             raise ConfigError(f"config is not valid JSON: {type(exc).__name__}: {exc}") from None
         return cls.from_dict(data)
+
+
+def _flat_hint(names) -> str:
+    """For a config of format 2 (or Python) given format 1's flat names: where each now lives."""
+    where = config_format1.hint(sorted(names))
+    return f" ({where}: format 2 and Python write groups)" if where else ""
 
 
 def _check_variants(cfg: EncoderConfig) -> None:
@@ -365,13 +380,13 @@ def _check_heads(cfg: EncoderConfig) -> None:
     """What the heads after the encoder need from the rest of the config."""
     if cfg.sentence_dense and cfg.pooling == "none":
         raise ConfigError(f"sentence_dense maps the pooled sentence embedding; with pooling='none' there is none: "
-                          f"choose a pooling ({SENTENCE_POOLINGS}) or set sentence_dense=None")
+                          f"choose a pooling ({SENTENCE_POOLINGS}) or leave sentence_dense null / None")
     if cfg.sparse and not cfg.per_token_logits:
         raise ConfigError(f"pooling={cfg.pooling!r} pools a per-token head's logits (an MLM head over the vocabulary): "
                           f"set classifier with per_token=True, or choose {SENTENCE_POOLINGS}")
     if cfg.sparse and cfg.sentence_dense:
         raise ConfigError(f"sentence_dense maps a pooled hidden vector; pooling={cfg.pooling!r} gives vocabulary "
-                          "weights: set sentence_dense=None")
+                          "weights: leave sentence_dense null / None")
     if cfg.truncate_dim:
         width = cfg.sentence_dense.size if cfg.sentence_dense else cfg.hidden_size
         if cfg.pooling == "none" or cfg.sparse or not 0 < cfg.truncate_dim <= width:

@@ -74,14 +74,17 @@ def from_flat(data: dict, strict: bool = False) -> dict:
     or, for the fields format 1 itself let pass, dropped."""
     nested = sorted(set(data) & set(SWITCHES))
     if nested:  # one layout per object: a group both ways would leave one of them unread
-        raise ConfigError(f"config format 1 spells its groups flat ({', '.join(SWITCHES.values())}, ...); "
-                          f"{nested} {'is a' if len(nested) == 1 else 'are'} format 2 group(s): write the "
-                          "object in one format")
+        flat = sorted(name for name in data if name in FLAT)
+        raise ConfigError(f"the config mixes format 1's flat {flat or 'layout'} with format 2's group(s) {nested}: "
+                          f"write it in one format (format 2: {hint(flat) or 'each group an object'})")
     out = {k: v for k, v in data.items() if k not in FLAT}
     for group, switch in SWITCHES.items():
         names = [flat for flat, (g, _) in FLAT.items() if g == group]
         if switch in data and data[switch]:
             out[group] = {FLAT[flat][1]: data[flat] for flat in names if flat in data}  # the group checks them
+            if group == "local_attention" and data.get("global_every", OFF["global_every"]) == 1:
+                raise ConfigError(f"local_window={data[switch]} with global_every=1 makes every layer global: set "
+                                  "global_every >= 2 (layer l is global when l % global_every == global_offset)")
             continue
         for flat in names:  # an off group's fields still hold their type: False is not 0, nor 1 True
             if flat in data:
@@ -128,3 +131,14 @@ def merge_flat(base: dict, data: dict, strict: bool = False) -> dict:
         if switch in data and not data[switch]:
             flat.update({name: OFF[name] for name, (g, _) in FLAT.items() if g == group})
     return from_flat({**flat, **data}, strict)
+
+
+def hint(names) -> str:
+    """Where format 2 keeps each flat name of ``names`` ("local_window is local_attention.window"), for messages."""
+    return "; ".join(f"{name} is {'.'.join(FLAT[name])}" for name in names if name in FLAT)
+
+
+def dropped_when_off(data: dict) -> list[str]:
+    """The flat fields from_flat drops from data: those format 1 let pass while their group is off."""
+    return [name for name in data if name in HARMLESS_WHEN_OFF and data[name] != OFF[name]
+            and not data.get(SWITCHES[FLAT[name][0]], 0)]

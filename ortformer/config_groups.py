@@ -68,7 +68,7 @@ class Classifier:
         where = "classifier."
         check_types(self, where)
         if self.labels < 1:
-            raise ConfigError(f"classifier.labels={self.labels} must be >= 1 (no head: classifier=None)")
+            raise ConfigError(f"classifier.labels={self.labels} must be >= 1 (no head: classifier null / None)")
         _choose(where, "pooling", self.pooling, CLASSIFIER_POOLINGS)
         _choose(where, "dense", self.dense, CLASSIFIER_DENSE)
         if self.norm and self.dense == "none":
@@ -170,10 +170,10 @@ class LocalAttention:
     def __post_init__(self) -> None:
         check_types(self, "local_attention.")
         if self.window < 1:
-            raise ConfigError(f"local_attention.window={self.window} must be >= 1 (no windows: local_attention=None)")
+            raise ConfigError(f"local_attention.window={self.window} must be >= 1 (no windows: local_attention null / None)")
         if self.global_every < 2:
             raise ConfigError(f"local_attention.global_every={self.global_every} must be >= 2; with 1 every layer "
-                              "is global (then set local_attention=None)")
+                              "is global (no windows: local_attention null / None)")
         if not 0 <= self.global_offset < self.global_every:
             raise ConfigError(f"local_attention.global_offset={self.global_offset} must be in [0, global_every="
                               f"{self.global_every}): layer l is global when l % global_every == global_offset")
@@ -197,7 +197,7 @@ class SentenceDense:
     def __post_init__(self) -> None:
         check_types(self, "sentence_dense.")
         if self.size < 1:
-            raise ConfigError(f"sentence_dense.size={self.size} must be >= 1 (no head: sentence_dense=None)")
+            raise ConfigError(f"sentence_dense.size={self.size} must be >= 1 (no head: sentence_dense null / None)")
         _choose("sentence_dense.", "activation", self.activation, DENSE_ACTIVATIONS)
 
 
@@ -214,7 +214,7 @@ class TokenDense:
     def __post_init__(self) -> None:
         check_types(self, "token_dense.")
         if self.size < 1:
-            raise ConfigError(f"token_dense.size={self.size} must be >= 1 (no head: token_dense=None)")
+            raise ConfigError(f"token_dense.size={self.size} must be >= 1 (no head: token_dense null / None)")
 
 
 # EncoderConfig's group fields and the dataclass each holds

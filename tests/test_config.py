@@ -91,9 +91,12 @@ def test_from_json_rejects_unknown_keys_versions_and_non_objects():
     data = json.loads(preset("tiny").to_json())
     with pytest.raises(ConfigError, match="unknown config key.*'dropout'"):
         EncoderConfig.from_dict({**data, "dropout": 0.1})
-    for version in (0, 3, "2", True):  # True == 1 in Python, yet a format is a number, never a bool
+    for version in (0, 3):
         with pytest.raises(ConfigError, match=re.escape(f"format {version!r} is not supported; this ortformer reads "
                                                         "formats 1, 2")):
+            EncoderConfig.from_dict({**data, "format": version})
+    for version in ("2", True, 2.0):  # True == 1 in Python, yet a format is a number, never a bool
+        with pytest.raises(ConfigError, match=re.escape(f"format {version!r} must be an integer: 1, 2")):
             EncoderConfig.from_dict({**data, "format": version})
     with pytest.raises(ConfigError, match="format null is not supported"):  # not read as "no format key"
         EncoderConfig.from_dict({**data, "format": None})
@@ -299,7 +302,7 @@ def test_an_int_is_a_fine_spelling_of_a_group_float():
 
 
 @pytest.mark.parametrize("group, values, message", [
-    ("classifier", {"labels": 0}, "classifier.labels=0 must be >= 1 (no head: classifier=None)"),
+    ("classifier", {"labels": 0}, "classifier.labels=0 must be >= 1 (no head: classifier null / None)"),
     ("classifier", {"labels": 3, "pooling": "first"}, "classifier.pooling='first' is not valid; choose one of mean, "
                                                       "cls, last, max"),
     ("classifier", {"labels": 3, "dense": "swish"}, "classifier.dense='swish' is not valid; choose one of none, tanh"),
@@ -328,10 +331,10 @@ def test_an_int_is_a_fine_spelling_of_a_group_float():
     ("local_attention", {"window": 8, "global_every": 2, "rotary_theta": float("inf")},
      "local_attention.rotary_theta=inf must be a finite number > 1"),
     ("local_attention", {"window": 8, "global_every": 2, "rotary_theta": -2.0}, "local_attention.rotary_theta=-2.0"),
-    ("sentence_dense", {"size": 0}, "sentence_dense.size=0 must be >= 1 (no head: sentence_dense=None)"),
+    ("sentence_dense", {"size": 0}, "sentence_dense.size=0 must be >= 1 (no head: sentence_dense null / None)"),
     ("sentence_dense", {"size": 8, "activation": "swish"}, "sentence_dense.activation='swish' is not valid; choose "
                                                            "one of identity, tanh"),
-    ("token_dense", {"size": 0}, "token_dense.size=0 must be >= 1 (no head: token_dense=None)"),
+    ("token_dense", {"size": 0}, "token_dense.size=0 must be >= 1 (no head: token_dense null / None)"),
     ("token_dense", {"size": -3}, "token_dense.size=-3 must be >= 1"),
 ])
 def test_each_group_checks_its_own_fields(group, values, message):
@@ -479,9 +482,9 @@ def test_format_1_reader_drops_a_harmless_field_of_a_group_that_is_off(name):
 ])
 def test_a_dict_mixing_flat_names_and_a_nested_group_is_refused_not_half_read(data):
     # format 1 had no group objects: read as format 1, the group would be dropped without a word
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="the config mixes format 1's flat .* with format 2's group"):
         EncoderConfig.from_dict(data)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="the config mixes format 1's flat"):
         preset("tiny").with_fields(data)
 
 
@@ -506,3 +509,28 @@ def test_format_1_reader_checks_the_fields_of_an_off_group_it_drops(flat, messag
         with pytest.raises(ConfigError, match=re.escape(message)):
             EncoderConfig.from_dict(data)
     assert EncoderConfig.from_dict({"format": 1, "rotary_theta_local": 0}) == EncoderConfig()  # 0 spells 0.0
+
+
+def test_messages_name_format_1_spellings_where_format_2_keeps_them():
+    # format 2 or Python given a flat name: where the group keeps it
+    for call in (lambda: EncoderConfig.from_dict({"format": 2, "local_window": 8}),
+                 lambda: preset("tiny").replace(local_window=8)):
+        with pytest.raises(ConfigError, match=re.escape("(local_window is local_attention.window: format 2 and "
+                                                        "Python write groups)")):
+            call()
+    # a typo in a flat file lists the flat names
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['local_windw'\] in config format 1; valid keys: "
+                                          r".*local_window, global_every"):
+        EncoderConfig.from_dict({"local_windw": 8, "global_every": 2})
+    # both layouts in one object: the flat keys named too, with their format-2 place
+    with pytest.raises(ConfigError, match=re.escape("the config mixes format 1's flat ['local_window'] with format "
+                                                    "2's group(s) ['classifier']: write it in one format (format 2: "
+                                                    "local_window is local_attention.window)")):
+        EncoderConfig.from_dict({"local_window": 8, "classifier": {"labels": 2}})
+    # a window whose global_every was left at format 1's 1 (export --local-window alone)
+    with pytest.raises(ConfigError, match=re.escape("local_window=8 with global_every=1 makes every layer global: "
+                                                    "set global_every >= 2")):
+        EncoderConfig.from_dict({"local_window": 8})
+    assert config_format1.dropped_when_off({"global_every": 3, "classifier_pooling": "cls", "conv_groups": 2,
+                                            "relative_attention_max_distance": 64, "relative_attention_buckets": 8}) \
+        == ["global_every"]  # the off value and a group that is on are not dropped; conv_groups is refused instead

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .. import contract
+from .. import config_format1, contract
 from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, DENSE_ACTIVATIONS, NORM_POSITIONS, NORMS, POOLINGS,
                       POSITION_IDS, POSITIONS, PRESETS, EncoderConfig, preset)
 from ..errors import ConfigError
@@ -74,6 +74,11 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
     fields = read_config_fields(config_file) if config_file else {}
     if fields:
         cfg = cfg.with_fields(fields)
+        if fields.get("format", 1) == 1:  # read as a model file's metadata is; say what had no effect
+            for name in config_format1.dropped_when_off(fields):
+                group, switch = config_format1.FLAT[name][0], config_format1.SWITCHES[config_format1.FLAT[name][0]]
+                click.echo(f"warning: {config_file}: {name} has no effect while {switch} is 0 ({group} off); "
+                           "dropped", err=True)
     changes = {FLAG_FIELDS[k]: v for k, v in flags.items() if v is not None}
     if changes.get("vocab_size") == 0 and "type_vocab_size" not in {**fields, **changes}:
         changes["type_vocab_size"] = 0  # float features carry no token types: --vocab 0 alone means that
@@ -354,7 +359,7 @@ def export_command(preset_name, config_file, from_path, revision, cache_dir, tok
         echo_json(summary)
         return
     click.echo(f"wrote {result.path} ({human_size(result.size_bytes)}, {result.parameters:,} parameters, "
-               f"{cfg.attention} attention, {cfg.num_layers} layers x {cfg.hidden_size}, {quantize or dtype})")
+               f"{cfg.attention} attention, {cfg.num_layers} layer{'s' if cfg.num_layers != 1 else ''} x {cfg.hidden_size}, {quantize or dtype})")
     click.echo(f"  inputs:  {_shape_text(contract.input_shapes(cfg))}")
     click.echo(f"  outputs: {_shape_text(contract.output_shapes(cfg))}")
     click.echo(f"  files:   {', '.join(Path(f).name for f in summary['files'])}")

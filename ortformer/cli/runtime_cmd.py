@@ -401,7 +401,7 @@ def info(ctx, model, as_json, sequence_length):
         return
     config = report["config"]
     click.echo(f"model       {report['path']} ({human_size(sum(report['files'].values()))} in {len(report['files'])} file(s))")
-    click.echo(f"name        {config['name']}   ortformer {report['version']}, format {report['format']}   source {report['source']}")
+    click.echo(f"name        {config['name']}   ortformer {report['version']}, file format {report['format']}   source {report['source']}")
     click.echo("config      " + config_line(config))
     for label in ("inputs", "outputs"):
         for i, s in enumerate(report[label]):

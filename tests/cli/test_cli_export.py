@@ -34,7 +34,7 @@ def test_every_command_has_help_with_an_example():
 
 def test_export_with_flags_prints_a_summary_and_writes_a_working_model(linear_model):
     path, out = linear_model
-    assert f"wrote {path}" in out and "linear attention, 1 layers x 16" in out
+    assert f"wrote {path}" in out and "linear attention, 1 layer x 16" in out
     assert "input_ids [batch, sequence]" in out and "sentence_embedding [batch, 16]" in out
     assert "parity:  PASS over 20 cases" in out
     rt = Runtime(path, "cpu")
@@ -99,6 +99,12 @@ def test_print_config_is_format_2_and_config_files_may_be_either_format(tmp_path
            "classifier_pooling": "mean"}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert config_from_options("tiny", str(tmp_path / "old.json"), {}) == EncoderConfig.from_dict(old) == preset("tiny")
+    result = invoke("export", "--config", tmp_path / "old.json", "--print-config")  # said, not silent
+    assert json.loads(result.stdout) == preset("tiny").to_dict()
+    for name, switch in (("global_every", "local_window"), ("classifier_pooling", "classifier_labels")):
+        assert f"{name} has no effect while {switch} is 0" in result.stderr, result.stderr
+    assert "local_window=4 with global_every=1 makes every layer global" in fail(
+        "export", "--preset", "tiny", "--local-window", "4", "--print-config")
     (tmp_path / "old.json").write_text(json.dumps({**old, "conv_groups": 2}))  # the previous release refused it too
     assert "conv_groups shapes convolution; with conv_kernel_size=0" in fail("export", "--config",
                                                                              tmp_path / "old.json", "--print-config")
