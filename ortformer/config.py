@@ -278,11 +278,11 @@ class EncoderConfig:
         names (classifier_labels, local_window, ... as export's flags and older config files spell
         them). A flat field of a group that stays off is refused, except those format 1 let pass
         without effect, which are dropped; strict (export's flags) refuses those too."""
-        data = dict(data)
-        version = data.pop("format", None)
-        if version == 1 or (version is None and config_format1.is_flat(data)):
-            return EncoderConfig.from_dict(config_format1.merge_flat(self._fields_dict(), data, strict))
-        return EncoderConfig.from_dict({**self._fields_dict(), **data, "format": CONFIG_FORMAT if version is None else version})
+        fields_only = {k: v for k, v in data.items() if k != "format"}
+        version = data.get("format")
+        if (type(version) is int and version == 1) or ("format" not in data and config_format1.is_flat(fields_only)):
+            return EncoderConfig.from_dict(config_format1.merge_flat(self._fields_dict(), fields_only, strict))
+        return EncoderConfig.from_dict({**self._fields_dict(), "format": CONFIG_FORMAT, **data})  # data's format checked
 
     def _fields_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

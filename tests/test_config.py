@@ -534,3 +534,13 @@ def test_messages_name_format_1_spellings_where_format_2_keeps_them():
     assert config_format1.dropped_when_off({"global_every": 3, "classifier_pooling": "cls", "conv_groups": 2,
                                             "relative_attention_max_distance": 64, "relative_attention_buckets": 8}) \
         == ["global_every"]  # the off value and a group that is on are not dropped; conv_groups is refused instead
+
+
+def test_with_fields_checks_the_format_as_from_dict_does():
+    tiny = preset("tiny")
+    for version, message in ((None, "format null is not supported"), (True, "format True must be an integer"),
+                             (3, "format 3 is not supported")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            tiny.with_fields({"format": version, "local_window": 8, "global_every": 2})
+    assert tiny.with_fields({"format": 2, "num_layers": 3}).num_layers == 3
+    assert tiny.with_fields({"format": 1, "local_window": 8, "global_every": 2}).local_attention.window == 8
