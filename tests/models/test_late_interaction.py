@@ -71,7 +71,7 @@ def test_token_head_fields_are_checked():
         EncoderConfig.from_dict({"format": 1, "token_dense_bias": True})
     with pytest.raises(ConfigError, match="token_dense.size=-1 must be >= 1"):
         preset("tiny", token_dense=TokenDense(size=-1))
-    with pytest.raises(ConfigError, match="token_dense.size=0 must be >= 1 \\(no head: token_dense=None\\)"):
+    with pytest.raises(ConfigError, match="token_dense.size=0 must be >= 1 \\(no head: token_dense null / None\\)"):
         preset("tiny", token_dense={"size": 0})
     assert "per-token heads" in chunkable(preset("tiny", attention="linear", token_dense=TokenDense(size=8)))
 
