@@ -1,7 +1,9 @@
 """Argument checks shared by every layer (a leaf: imports only ortformer.errors)."""
 from __future__ import annotations
 
+import json
 import numbers
+from typing import Any, Callable
 
 from .errors import InputError, OrtformerError
 
@@ -15,11 +17,27 @@ def check_int(name: str, value, *, low: int = 1, high: int | None = None,
     numpy integers are accepted (e.g. a length read from an array) and returned as int.
     ``why`` is appended to the message, e.g. " (or None for the default)".
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-            or value < low or (high is not None and value > high):
+    if not is_int(value) or value < low or (high is not None and value > high):
         valid = f"an int in [{low}, {high}]" if high is not None else f"an int >= {low}"
         raise error(f"{name}={value!r} must be {valid}{why}")
     return int(value)
+
+
+def is_int(value: Any) -> bool:
+    """An integer (numpy's too), never a bool: True must not pass as a count."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def json_object(text: str | bytes, what: str, error: Callable[[str], Exception] = ValueError) -> dict:
+    """``text`` parsed as a JSON object; else ``error`` "{what} is not valid JSON: ..." or
+    "{what} must be a JSON object, got <type>" (deeply nested input is invalid JSON, not a crash)."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise error(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise error(f"{what} must be a JSON object, got {type(data).__name__}")
+    return data
 
 
 def brief(value, limit: int = 120) -> str:

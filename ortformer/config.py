@@ -17,6 +17,7 @@ from . import config_format1
 from .config_groups import (CLASSIFIER_DENSE, DENSE_ACTIVATIONS, DISENTANGLED_PROJECTIONS, GROUPS, Classifier,
                             Convolution, Disentangled, LocalAttention, RelativeAttention, SentenceDense, TokenDense,
                             check_types, group_from_dict)
+from .checks import is_int, json_object
 from .errors import ConfigError
 
 __all__ = ["CONFIG_FORMAT", "EncoderConfig", "Classifier", "Convolution", "Disentangled", "LocalAttention",
@@ -307,7 +308,7 @@ class EncoderConfig:
         version = data.pop("format", None)
         if version is None:
             version = 1 if config_format1.is_flat(data) else CONFIG_FORMAT
-        if not isinstance(version, int) or isinstance(version, bool):
+        if not is_int(version):
             raise ConfigError(f"config format {version!r} must be an integer: {', '.join(map(str, READABLE_FORMATS))}")
         if version not in READABLE_FORMATS:
             raise ConfigError(f"config format {version!r} is not supported; this ortformer reads formats "
@@ -327,11 +328,7 @@ class EncoderConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "EncoderConfig":
-        try:
-            data = json.loads(text)
-        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested input
-            raise ConfigError(f"config is not valid JSON: {type(exc).__name__}: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(json_object(text, "config", ConfigError))
 
 
 def _flat_hint(names) -> str:

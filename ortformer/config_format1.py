@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config_groups import CLASSIFIER_POOLINGS, DENSE_ACTIVATIONS
+from .config_groups import CLASSIFIER_POOLINGS, DENSE_ACTIVATIONS, checked_type
 from .errors import ConfigError
 
 # flat name -> (group, field). The first name of each group is its switch: 0 = the group is off.
@@ -88,7 +88,7 @@ def from_flat(data: dict, strict: bool = False) -> dict:
             continue
         for flat in names:  # an off group's fields still hold their type: False is not 0, nor 1 True
             if flat in data:
-                _check_type(flat, data[flat])
+                checked_type(flat, data[flat], type(OFF[flat]))
         stray = [flat for flat in names[1:] if flat in data and data[flat] != OFF[flat]
                  and (strict or flat not in HARMLESS_WHEN_OFF)]
         if stray:
@@ -102,15 +102,6 @@ def from_flat(data: dict, strict: bool = False) -> dict:
         out[group] = None
     return out
 
-
-def _check_type(flat: str, value: Any) -> None:
-    """value has the type of the field's format-1 default (an int is a fine float; a bool is no number)."""
-    want = type(OFF[flat])
-    ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        ok = True
-    if not ok:
-        raise ConfigError(f"{flat}={value!r} must be of type {want.__name__}, got {type(value).__name__}")
 
 
 def to_flat(data: dict) -> dict:

@@ -7,6 +7,7 @@ import math
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from .checks import is_int
 from .errors import ConfigError
 
 # non-linearity after the sentence-embedding Dense head (sentence-transformers' Dense module)
@@ -29,12 +30,20 @@ def check_types(obj: Any, where: str = "") -> None:
         if want is None:
             continue  # a group: EncoderConfig checks those
         value = getattr(obj, f.name)
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(obj, f.name, float(value))
-            continue
-        # bool is a subclass of int: True must not pass as a layer count
-        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            raise ConfigError(f"{where}{f.name}={value!r} must be of type {want.__name__}, got {type(value).__name__}")
+        typed = checked_type(where + f.name, value, want)
+        if typed is not value:
+            object.__setattr__(obj, f.name, typed)
+
+
+def checked_type(name: str, value: Any, want: type) -> Any:
+    """value as a want (int, float, str, bool): an int is accepted for a float and returned as
+    one (1 is a fine spelling of 1.0); ConfigError for anything else. bool is a subclass of int,
+    yet True must not pass as a layer count."""
+    if want is float and is_int(value):
+        return float(value)
+    if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+        raise ConfigError(f"{name}={value!r} must be of type {want.__name__}, got {type(value).__name__}")
+    return value
 
 
 def _choose(where: str, name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
+from .checks import is_int, json_object
+
 
 @dataclass(frozen=True)
 class LateInteraction:
@@ -31,7 +33,7 @@ class LateInteraction:
             _check_id(name, getattr(self, name), none_ok=True)
         for name in ("query_length", "document_length"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 3):
+            if value is not None and (not is_int(value) or value < 3):
                 raise ValueError(f"{name}={value!r} must be null or an int >= 3 (a first token, a marker, a last one)")
         for name in ("attend_to_expansion", "skip_first"):
             if not isinstance(getattr(self, name), bool):
@@ -59,12 +61,7 @@ class LateInteraction:
     @classmethod
     def from_json(cls, text: str) -> "LateInteraction":
         """The settings of a META_LATE value; ValueError naming the problem."""
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"must be a JSON object, got {type(data).__name__}")
+        data = json_object(text, "the value")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -72,12 +69,8 @@ class LateInteraction:
         return cls(**data)
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_id(name: str, value, none_ok: bool = False) -> None:
     if value is None and none_ok:
         return
-    if not _is_int(value) or value < 0:
+    if not is_int(value) or value < 0:
         raise ValueError(f"{name}: {value!r} is not a token id (an int >= 0)")

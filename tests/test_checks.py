@@ -25,3 +25,25 @@ def test_bounds_error_class_and_reason():
     assert check_int("length", 64, high=64) == 64
     with pytest.raises(InputError, match=r"^length=65 must be an int in \[1, 64\] \(the model's max_positions\)$"):
         check_int("length", 65, high=64, why=" (the model's max_positions)")
+
+
+def test_is_int_takes_integers_never_bools():
+    import numpy as np
+
+    from ortformer.checks import is_int
+
+    assert is_int(3) and is_int(np.int64(3)) and is_int(-1)
+    assert not any(is_int(v) for v in (True, False, 3.0, "3", None, [3]))
+
+
+def test_json_object_names_what_and_raises_the_callers_error():
+    from ortformer.checks import json_object
+    from ortformer.errors import ConfigError
+
+    assert json_object('{"a": 1}', "x") == {"a": 1} and json_object(b'{"a": 1}', "x") == {"a": 1}
+    for text, message in (("{not json", "body is not valid JSON"), ("[1, 2]", "body must be a JSON object, got list"),
+                          ("[" * 100_000, "body is not valid JSON"), (None, "body is not valid JSON")):
+        with pytest.raises(ConfigError, match=message):
+            json_object(text, "body", ConfigError)
+    with pytest.raises(ValueError, match="x must be a JSON object, got int"):
+        json_object("3", "x")

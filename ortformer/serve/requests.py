@@ -7,11 +7,11 @@ A body that is not the route's request is a 422 naming the field and what is val
 from __future__ import annotations
 
 import json
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checks import is_int, json_object
 from .errors import bad_request, empty
 from .outputs import ENCODING_FORMATS
 
@@ -19,22 +19,12 @@ DIRECTIONS = {"Left": "left", "Right": "right"}  # TEI's TruncationDirection, as
 
 
 def parse_json(raw: bytes) -> dict:
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise bad_request(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return json_object(raw, "the request body", bad_request)
 
 
 def _ids(value) -> bool:
     """A list of token ids (its first item an int: the rest is checked as an array)."""
-    return isinstance(value, list) and bool(value) and _is_int(value[0])
+    return isinstance(value, list) and bool(value) and is_int(value[0])
 
 
 def _id_array(name: str, value: list) -> np.ndarray:
