@@ -71,7 +71,7 @@ def doc_examples() -> list[tuple[str, str]]:
 def inputs(tmp_path_factory):
     """Every file an example reads, once."""
     transformers = pytest.importorskip("transformers")
-    import torch
+    from support.hf import save_hf
 
     from ortformer.exporter import export
     from ortformer.models import load_any
@@ -80,8 +80,7 @@ def inputs(tmp_path_factory):
     bert = folder / "all-MiniLM-L6-v2"
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                      intermediate_size=64, max_position_embeddings=512)
-    torch.manual_seed(0)
-    transformers.BertModel(config).eval().save_pretrained(str(bert))
+    save_hf(transformers.BertModel, config, bert)
     real = minilm_tokenizer().parent  # its sentence-transformers files: mean pooling, normalized
     for name in ("tokenizer.json", "modules.json", "sentence_bert_config.json"):
         shutil.copy(real / name, bert / name)

@@ -131,21 +131,19 @@ def test_export_summary_and_json_match_info(tmp_path):
 
 def test_check_against_a_copied_folder_compares_the_model_not_its_name(tmp_path):
     transformers = pytest.importorskip("transformers")
-    import torch
+    from support.hf import save_hf
 
     folder = tmp_path / "bert"
     config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                      intermediate_size=48, max_position_embeddings=24)
-    torch.manual_seed(0)
-    transformers.BertModel(config).eval().save_pretrained(str(folder))
+    save_hf(transformers.BertModel, config, folder)
     model = tmp_path / "b.onnx"
     invoke("export", "--from", folder, "-o", model, "--no-parity")
     copy = tmp_path / "copybert"
     shutil.copytree(folder, copy)
     assert "parity" in invoke("check", model, "--against", copy).stdout
     other = tmp_path / "other"
-    torch.manual_seed(1)
-    transformers.BertModel(config).eval().save_pretrained(str(other))
+    save_hf(transformers.BertModel, config, other, seed=1)
     assert "parity" in fail("check", model, "--against", other)
 
 
@@ -235,10 +233,11 @@ def test_a_model_without_a_usable_tokenizer_still_serves_ids(tmp_path, damage):
 
 def test_export_says_why_an_older_tokenizer_is_not_shipped(tmp_path):
     transformers = pytest.importorskip("transformers")
+    from support.hf import save_hf
     folder = tmp_path / "bert"
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                      intermediate_size=48, max_position_embeddings=24)
-    transformers.BertModel(config).eval().save_pretrained(str(folder))
+    save_hf(transformers.BertModel, config, folder)
     (folder / "spiece.model").write_bytes(b"a sentencepiece model, which ortformer does not convert")
     out = invoke("export", "--from", folder, "-o", tmp_path / "b.onnx", "--no-parity").stdout
     assert "holds spiece.model but no tokenizer.json" in out
