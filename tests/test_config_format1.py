@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 from ortformer import contract
 from ortformer.config import EncoderConfig
 from ortformer.models.encoder import build_encoder
+from support.text_models import set_metadata
 
 DATA = Path(__file__).parent / "data" / "config_format1"
 NAMES = sorted(p.name[:-len(".json")] for p in DATA.glob("*.json") if not p.name.endswith(".params.json"))
@@ -43,12 +43,7 @@ def test_a_runtime_opens_a_file_whose_metadata_is_format_1(tmp_path):
     cfg = EncoderConfig.from_json(text)
     path = tmp_path / "model.onnx"
     export(cfg, path, seed=0, parity=False)
-    model = onnx.load(str(path))
-    for prop in model.metadata_props:
-        if prop.key == contract.META_CONFIG:
-            prop.value = text
-    old = tmp_path / "old.onnx"
-    onnx.save(model, str(old))
+    old = set_metadata(path, contract.META_CONFIG, text, tmp_path / "old.onnx")
     ids = np.array([[1, 5, 7, 2]], dtype=np.int64)
     mask = np.ones_like(ids)
     rt_old, rt_new = Runtime(old), Runtime(path)

@@ -18,6 +18,7 @@ from ortformer.int8_kernels import signed_int8_exact
 from ortformer.parity import row_cosines
 from ortformer.runtime import Runtime
 from ortformer.modelfile import read_model_file
+from support.text_models import set_metadata
 
 
 def invoke(*args):
@@ -173,11 +174,6 @@ def test_unreachable_floor_keeps_the_worst_matmuls_float_with_reasons(tmp_path):
     ('{"scheme": "x", "float_matmuls": [{"node": "a", "reason": "r", "module": 3}]}', "optional .module.: str"),
 ])
 def test_the_int8_record_is_validated(int8_file, tmp_path, value, words):
-    model = onnx.load(str(int8_file))
-    for prop in model.metadata_props:
-        if prop.key == contract.META_INT8:
-            prop.value = value
-    bad = tmp_path / "bad.onnx"
-    onnx.save(model, str(bad))
+    bad = set_metadata(int8_file, contract.META_INT8, value, tmp_path / "bad.onnx")
     with pytest.raises(ModelFileError, match=words):
         read_model_file(bad)

@@ -21,10 +21,18 @@ def minilm_tokenizer() -> Path:
     return path
 
 
-def set_metadata(path: Path, key: str, value: str) -> None:
+def set_metadata(path: Path, key: str, value: str, dest: Path | None = None) -> Path:
+    """path's model with metadata key set to value (replaced where it is, added where not), saved
+    to dest (default: path itself); returns where it was saved."""
     model = onnx.load(str(path))
-    model.metadata_props.add(key=key, value=value)
-    onnx.save(model, str(path))
+    props = [prop for prop in model.metadata_props if prop.key == key]
+    for prop in props:
+        prop.value = value
+    if not props:
+        model.metadata_props.add(key=key, value=value)
+    dest = dest or path
+    onnx.save(model, str(dest))
+    return dest
 
 
 def export_text_model(tmp_path_factory) -> Path:
