@@ -3,6 +3,7 @@ normalisation, sparse rows, classifier scores and quantized encodings (numpy onl
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 
@@ -95,3 +96,60 @@ def encode_rows(vectors: np.ndarray, encoding_format: str) -> list:
         little = vectors.astype("<f4", copy=False)
         return [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
     return quantize(vectors, encoding_format).tolist()
+
+
+# json_bytes encodes lists of scalars or flat objects this many items per json.dumps call
+JSON_SLICE = 4096
+
+
+def json_bytes(value) -> bytes:
+    """``value`` (dicts, lists, numpy arrays and scalars) as compact ASCII JSON, encoded in
+    pieces: an array row by row, a long list JSON_SLICE items at a time. json's C encoder holds
+    the GIL for a whole call, so one call over a 60 MB answer would stall every other thread
+    (the event loop included) for seconds; between pieces the GIL is handed over as usual."""
+    out: list[str] = []
+    _emit(value, out)
+    return "".join(out).encode("ascii")
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_plain)
+
+
+def _nested(value) -> bool:
+    """Whether encoding `value` in one call could be large: it holds lists or arrays."""
+    if isinstance(value, dict):
+        return any(isinstance(v, (list, tuple, dict, np.ndarray)) for v in value.values())
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
+def _emit(value, out: list[str]) -> None:
+    if isinstance(value, np.ndarray):
+        if value.ndim <= 1:
+            out.append(_dumps(value.tolist()))
+            return
+        value = list(value)  # (n, ...) -> its n rows
+    if isinstance(value, dict):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(("," if i else "") + _dumps(str(key)) + ":")
+            _emit(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        if value and _nested(value[0]):
+            for i, item in enumerate(value):
+                if i:
+                    out.append(",")
+                _emit(item, out)
+        else:  # scalars or flat objects (tokens): a slice per call
+            out.append(",".join(_dumps(list(value[i:i + JSON_SLICE]))[1:-1] for i in range(0, len(value), JSON_SLICE)))
+        out.append("]")
+    else:
+        out.append(_dumps(value))
