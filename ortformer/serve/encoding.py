@@ -63,7 +63,7 @@ class TextSide:
         validation) naming the valid ones."""
         if name not in (None, "") and name not in self.runtime.prompts:
             valid = ", ".join(repr(p) for p in sorted(self.runtime.prompts)) or "none (the model records no prompts)"
-            raise validation(f"prompt_name={name[:40]!r} is not a prompt of model {self.name!r}; valid: {valid}")
+            raise validation(f"`prompt_name` {name[:40]!r} is not a prompt of model {self.name!r}; valid: {valid}")
         return self.runtime.prompt_text(name)
 
     def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
