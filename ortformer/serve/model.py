@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -29,6 +30,8 @@ from .outputs import lexical_rows, scores, shape_embeddings, sparse_rows
 __all__ = ["Call", "ClientGone", "Encoded", "LATE_KINDS", "ServedModel", "TextOptions"]
 
 LATE_KINDS = ("query", "document")
+# threads per model that tokenize and decode (off the event loop)
+TOKENIZATION_THREADS = 2
 
 
 @dataclass
@@ -81,6 +84,9 @@ class ServedModel(TextSide):
         self.late_interaction = bool({contract.TOKEN_EMBEDDINGS, contract.SPARSE} & set(runtime.output_names))
         self.labels = runtime.labels or [f"LABEL_{i}" for i in range(runtime.config.num_labels)]
         self.batcher = self.metrics = None
+        # tokenization's own threads: the tokenizer's lock serializes most of it, and admitted
+        # requests waiting for it must not hold the threads that parse bodies and encode answers
+        self._tokenizing = ThreadPoolExecutor(TOKENIZATION_THREADS, thread_name_prefix=f"ortformer-tokenize-{name}")
         self.auto_truncate, self.max_client_batch_size = False, 32
 
     def attach(self, batcher, metrics, *, auto_truncate: bool, max_client_batch_size: int) -> None:
@@ -144,11 +150,12 @@ class ServedModel(TextSide):
                              failure="batch_size")
 
     async def _off_loop(self, call: Call, work: Callable, *inputs) -> object:
-        """work() on a worker thread (tokenization: it may wait for the tokenizer's lock), timed."""
+        """work() on one of the model's tokenization threads (it may wait for the tokenizer's
+        lock), timed."""
         start = time.perf_counter()
         call.chars += sum(len(x) for group in inputs for x in group or () if isinstance(x, str))
         try:
-            return await asyncio.to_thread(work)
+            return await asyncio.get_running_loop().run_in_executor(self._tokenizing, work)
         finally:
             call.tokenization_s += time.perf_counter() - start
 
