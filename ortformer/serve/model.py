@@ -25,7 +25,7 @@ from ..errors import ModelFileError
 from ..runtime import Runtime
 from .encoding import Encoded, TextSide
 from .errors import ServeError, bad_request, cannot_serve, validation
-from .outputs import lexical_rows, scores, shape_embeddings, sparse_rows
+from .outputs import lexical_rows, pool_rows, scores, shape_embeddings, sparse_rows
 
 __all__ = ["Call", "ClientGone", "Encoded", "LATE_KINDS", "ServedModel", "TextOptions"]
 
@@ -205,7 +205,9 @@ class ServedModel(TextSide):
     async def embed(self, inputs: list, options: TextOptions, *, normalize: bool = True,
                     dimensions: int | None = None, call: Call | None = None, route: str = "/embed") -> np.ndarray:
         """(n, dimensions or S) float32 pooled embeddings of texts or token-id arrays: the first
-        `dimensions` features, then x / ||x|| when `normalize` (refused for SPLADE, as TEI)."""
+        `dimensions` features, then x / ||x|| when `normalize` (refused for SPLADE, as TEI).
+        Without `normalize` it is the pooled vector before any normalization, also for a model
+        whose graph normalizes (pooled from its token states: outputs.pool_rows)."""
         call = call or Call()
         self._begin(call, len(inputs))
         output = self.require("/embed")
@@ -216,8 +218,18 @@ class ServedModel(TextSide):
         if dimensions is not None and dimensions > width:
             raise bad_request(f"dimensions={dimensions} is more than model {self.name!r} gives ({width}); "
                               f"valid: 1 to {width}")
-        _, vectors = await self._outputs(call, output, inputs, options)
-        return shape_embeddings(np.stack(vectors), dimensions, normalize)
+        cfg = self.runtime.config
+        if normalize or not cfg.normalize_embeddings:
+            _, vectors = await self._outputs(call, output, inputs, options)
+            return shape_embeddings(np.stack(vectors), dimensions, normalize)
+        # the graph normalizes inside: TEI's normalize=false is the pooled vector before it,
+        # pooled here from the same token states (its unit vector is the graph's own output)
+        if cfg.sentence_dense is not None:
+            raise cannot_serve(self.name, route + " with normalize=false", "its file normalizes after a Dense "
+                               "head and gives no vector before the normalization; send \"normalize\": true")
+        _, states = await self._outputs(call, contract.LAST_HIDDEN_STATE, inputs, options)
+        pooled = pool_rows(states, cfg.pooling)[:, :cfg.sentence_size]  # truncate_dim, as the graph's output
+        return shape_embeddings(pooled, dimensions, False)
 
     async def embed_sparse(self, inputs: list, options: TextOptions, *, late_kind: str | None = None,
                            call: Call | None = None) -> list[list[dict]]:

@@ -26,6 +26,33 @@ def shape_embeddings(vectors: np.ndarray, dimensions: int | None, normalize: boo
     return out
 
 
+def pool_rows(states: list[np.ndarray], kind: str) -> np.ndarray:
+    """(n, F) float32 sentence vectors from each sequence's token states (len_i, F), all kept,
+    as the encoder's pool() computes them (models/encoder.py), sums in float64: mean
+    sum_i x_i / n; cls x_0; last x_{n-1}; max per feature; mean_sqrt_len sum_i x_i / sqrt(n);
+    weighted_mean sum_i (i + 1) x_i / sum_i (i + 1). What a model whose graph normalizes gives
+    before its normalization (when it has no Dense head): `normalize: false` reads this."""
+    rows = []
+    for x in states:
+        x64 = x.astype(np.float64)
+        n = len(x)
+        if kind == "cls":
+            row = x64[0]
+        elif kind == "last":
+            row = x64[-1]
+        elif kind == "max":
+            row = x64.max(axis=0)
+        elif kind == "weighted_mean":
+            weights = np.arange(1, n + 1, dtype=np.float64)
+            row = weights @ x64 / weights.sum()
+        elif kind in ("mean", "mean_sqrt_len"):
+            row = x64.sum(axis=0) / (np.sqrt(n) if kind == "mean_sqrt_len" else n)
+        else:
+            raise ValueError(f"pooling {kind!r} has no token-state form")
+        rows.append(row)
+    return np.stack(rows).astype(np.float32)
+
+
 def sparse_rows(vectors: np.ndarray) -> list[list[dict]]:
     """(n, V) SPLADE weights -> per row [{"index": v, "value": w}] for each w != 0, v ascending
     (TEI's /embed_sparse)."""
