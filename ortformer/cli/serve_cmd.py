@@ -19,7 +19,7 @@ from .common import quiet_onnxruntime, threads_option
 @click.option("--max-wait-ms", type=click.FloatRange(0, 10_000), default=2.0, show_default=True,
               help="How long a worker waits for more requests to join a batch that is not full.")
 @click.option("--max-client-batch-size", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Most inputs in one request (more: 413).")
+              help="Most inputs in one request (more: 422).")
 @click.option("--payload-limit", type=click.IntRange(min=1), default=2_000_000, show_default=True,
               help="Most bytes in one request body (more: 413).")
 @click.option("--max-concurrent-requests", type=click.IntRange(min=1), default=512, show_default=True,

@@ -26,7 +26,7 @@ class ServeOptions:
     max_batch_tokens: int | None = None
     # how long a worker waits for more requests to join a round that is not full
     max_wait_ms: float = 2.0
-    # most inputs in one request (TEI: 32; more is a 413)
+    # most inputs in one request (TEI: 32; more is a 422)
     max_client_batch_size: int = 32
     # most bytes in one request body (TEI: 2,000,000; more is a 413)
     payload_limit: int = 2_000_000
