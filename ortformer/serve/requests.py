@@ -93,6 +93,18 @@ def _texts(name: str, value) -> list[str]:
     return [_text(f"{name}[{i}]", v) for i, v in enumerate(value)]
 
 
+def _list(body: dict, name: str, what: str) -> list:
+    """A required, non-empty list field: 422 when missing or not a list, 400 when empty."""
+    value = body.get(name)
+    if value is None:
+        raise bad_request(f"missing field `{name}`: give {what}")
+    if not isinstance(value, list):
+        raise bad_request(f"`{name}` must be {what}, got {_kind(value)} {_shown(value)}")
+    if not value:
+        raise empty(f"`{name}` cannot be empty")
+    return value
+
+
 def _ids(value) -> bool:
     """A list of token ids (its first item an int: the rest is checked as an array)."""
     return isinstance(value, list) and bool(value) and is_int(value[0])
@@ -285,13 +297,7 @@ def rerank_documents_request(body: dict) -> RerankRequest:
     if body.get("query") is None:
         raise bad_request("missing field `query`: give the text the documents are ranked against")
     query = _text("query", body["query"])
-    documents = body.get("documents")
-    if documents is None:
-        raise bad_request("missing field `documents`: give the list of documents to rank")
-    if not isinstance(documents, list):
-        raise bad_request(f"`documents` must be a list of texts, got {_kind(documents)} {_shown(documents)}")
-    if not documents:
-        raise empty("`documents` cannot be empty")
+    documents = _list(body, "documents", "a list of texts")
     texts = []
     for i, doc in enumerate(documents):
         if isinstance(doc, dict):
@@ -361,13 +367,7 @@ class DecodeRequest:
 
 def decode_request(body: dict) -> DecodeRequest:
     """TEI's /decode: ids (one list of ids, or a list of them), skip_special_tokens (default true)."""
-    value = body.get("ids")
-    if value is None:
-        raise bad_request("missing field `ids`: give a list of token ids or a list of them")
-    if not isinstance(value, list):
-        raise bad_request(f"`ids` must be a list of token ids or a list of them, got {_kind(value)} {_shown(value)}")
-    if not value:
-        raise empty("`ids` cannot be empty")
+    value = _list(body, "ids", "a list of token ids or a list of them")
     single = not isinstance(value[0], list)
     ids = [_id_array("ids", value)] if single else [
         _id_array(f"ids[{i}]", v) if isinstance(v, list) and v else _bad_ids(i, v) for i, v in enumerate(value)]

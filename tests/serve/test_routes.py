@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ortformer.text import TruncationWarning
-from support.serve import PROMPTS, serving
+from support.serve import PROMPTS, post, serving
 
 httpx = pytest.importorskip("httpx")
 
@@ -25,12 +25,6 @@ def server(runtimes):
 def client(server):
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
-
-
-def post(client, route, body, status=200):
-    response = client.post(route, json=body)
-    assert response.status_code == status, response.text
-    return response.json()
 
 
 def normalized(x):

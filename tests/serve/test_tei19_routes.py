@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.serve import serving
+from support.serve import post, serving
 
 httpx = pytest.importorskip("httpx")
 
@@ -24,12 +24,6 @@ def server(runtimes):
 def client(server):
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
-
-
-def post(client, route, body, status=200):
-    answer = client.post(route, json=body)
-    assert answer.status_code == status, answer.text
-    return answer.json()
 
 
 def test_decode_inverts_tokenize(client, server):

@@ -69,6 +69,13 @@ class Models(dict):
         return self[name]
 
 
+def post(client, route: str, body: dict, status: int = 200):
+    """The JSON answer of POST route, asserting its status (the answer's text when it differs)."""
+    response = client.post(route, json=body)
+    assert response.status_code == status, response.text
+    return response.json()
+
+
 class Running:
     """A server in a background thread: ``url``, ``app`` (the ServeApp) and ``stop()``."""
 
