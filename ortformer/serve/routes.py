@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from .._version import __version__
 from .app import Handled, ServeApp
-from .model import ServedModel
+from .model import TOKENIZATION_THREADS, ServedModel
 from .options import ServeOptions
 from .outputs import check_quantizable, encode_rows
 from .requests import (decode_request, embed_request, openai_request, predict_request, rerank_request,
@@ -118,11 +118,12 @@ def routes(app: ServeApp) -> list:
         served = handled.model = app.model(request.query_params.get("model"))
         options = app.options
         return await app.json(handled, {
-            "model_id": served.name, "model_sha": None, "model_dtype": served.dtype, "model_type": served.info_type(),
+            "model_id": served.name, "model_sha": None, "model_dtype": served.dtype, "served_model_name": served.name,
+            "model_type": served.info_type(),
             "max_concurrent_requests": options.max_concurrent_requests, "max_input_length": served.max_input_length,
             "max_batch_tokens": app.batchers[served.name].max_batch_tokens, "max_batch_requests": None,
             "max_client_batch_size": options.max_client_batch_size, "auto_truncate": options.auto_truncate,
-            "tokenization_workers": 1, "version": __version__, "sha": None, "docker_label": None,
+            "tokenization_workers": TOKENIZATION_THREADS, "version": __version__, "sha": None, "docker_label": None,
             "models": sorted(app.models), "provider": served.runtime.provider, "threads": served.runtime.threads,
         })
 

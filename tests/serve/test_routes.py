@@ -158,7 +158,8 @@ def test_openai_quantized_formats_are_sentence_transformers(client, runtimes):
 
 def test_info_health_and_metrics(client):
     info = client.get("/info").json()
-    assert info["model_id"] == "embedder" and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["model_id"] == info["served_model_name"] == "embedder"
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_input_length"] == 24 and info["max_client_batch_size"] == 32
     classifier = client.get("/info", params={"model": "classifier"}).json()
     assert classifier["model_type"]["classifier"]["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}
