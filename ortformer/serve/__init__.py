@@ -6,9 +6,12 @@ OpenAI's embeddings API, over the torch-free runtime (needs the ``serve`` extra)
 - ``ServeOptions``: batching, limits and auth, with TEI's defaults;
 - ``run(app, host, port)``: serve with uvicorn until SIGTERM, then drain.
 
-Layout: options (flags, CPU count in cpus), model (requests -> token ids), batcher (one queue
-and worker per model, Runtime.embed off the event loop), app and routes (HTTP), outputs
-(normalise, sparse, scores, quantize), metrics (Prometheus, TEI's names), errors (TEI's codes).
+Layout: options (flags, CPU count in cpus), model (a served model's operations, shared by every
+transport: embed, rerank, similarity, ...), encoding (inputs -> token ids, tokens, decoding),
+batcher (one queue and worker per model, Runtime.embed off the event loop, admission), requests
+(strict parsing of the bodies), app and routes (HTTP: parse, call, format), outputs (normalise,
+pool, sparse, scores, quantize, JSON in pieces), metrics (Prometheus, TEI's names), errors
+(TEI's codes).
 """
 from ..errors import MissingExtraError
 
