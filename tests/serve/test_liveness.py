@@ -137,3 +137,26 @@ def test_tokenize_obeys_the_limits(runtimes):
         assert client.post("/tokenize", json={"inputs": "x" * 5000}).status_code == 413
         assert client.post("/decode", json={"ids": [[101]] * 5}).status_code == 422
         assert client.post("/tokenize", json={"inputs": ["a"] * 4}).status_code == 200
+
+
+def test_json_bytes_hands_the_encoder_small_pieces(monkeypatch):
+    """json's C encoder holds the GIL for a whole call: json_bytes never gives it more than a row
+    of an array or JSON_SLICE items of a list, and writes the JSON json.dumps would."""
+    import json
+
+    from ortformer.serve import outputs
+
+    sizes = []
+
+    def counted(value, **kwargs):
+        sizes.append(np.asarray(value, dtype=object).size if isinstance(value, list) else 1)
+        return json.dumps(value, **kwargs)
+
+    states = np.random.default_rng(1).standard_normal((3, 50, 16)).astype(np.float32)
+    tokens = [{"id": i, "text": "t", "special": False, "start": i, "stop": i + 1} for i in range(10_000)]
+    content = {"data": [states[0], states[1]], "tokens": tokens, "ids": list(range(10_000))}
+    monkeypatch.setattr(outputs, "json", type("shim", (), {"dumps": staticmethod(counted)}))
+    encoded = outputs.json_bytes(content)
+    assert max(sizes) <= outputs.JSON_SLICE and len(sizes) > 100
+    want = {"data": [states[0].tolist(), states[1].tolist()], "tokens": tokens, "ids": list(range(10_000))}
+    assert json.loads(encoded) == want
