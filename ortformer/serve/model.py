@@ -219,7 +219,7 @@ class ServedModel(TextSide):
             raise bad_request(f"dimensions={dimensions} is more than model {self.name!r} gives ({width}); "
                               f"valid: 1 to {width}")
         cfg = self.runtime.config
-        if normalize or not cfg.normalize_embeddings:
+        if normalize or not cfg.normalize_embeddings or cfg.sparse:
             _, vectors = await self._outputs(call, output, inputs, options)
             return shape_embeddings(np.stack(vectors), dimensions, normalize)
         # the graph normalizes inside: TEI's normalize=false is the pooled vector before it,

@@ -78,8 +78,11 @@ def test_root_answers_as_tei_routes_it(client):
     assert client.get("/ping").status_code == 200
 
 
-def test_huggingface_hub_inference_client(server, client):
+def test_huggingface_hub_inference_client(server, client, monkeypatch):
     hub = pytest.importorskip("huggingface_hub")
+    # huggingface_hub reads HF_HUB_OFFLINE once, when imported (the family tests import it offline);
+    # a loopback server is no hub
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
     inference = hub.InferenceClient(model=server.url, provider="hf-inference", token="unused")
     features = inference.feature_extraction(TEXTS[0], normalize=False, truncate=True)
     want = post(client, "/embed", {"inputs": TEXTS[0], "normalize": False})
