@@ -82,7 +82,9 @@ def test_huggingface_hub_inference_client(server, client, monkeypatch):
     hub = pytest.importorskip("huggingface_hub")
     # huggingface_hub reads HF_HUB_OFFLINE once, when imported (the family tests import it offline);
     # a loopback server is no hub
-    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     inference = hub.InferenceClient(model=server.url, provider="hf-inference", token="unused")
     features = inference.feature_extraction(TEXTS[0], normalize=False, truncate=True)
     want = post(client, "/embed", {"inputs": TEXTS[0], "normalize": False})
