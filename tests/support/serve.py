@@ -79,17 +79,20 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(runtimes: dict, names: list[str], **options):
+def serving(runtimes: dict, names: list[str], limits=None, **options):
     """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks them, the first the default)
-    on 127.0.0.1 and a free port, with ServeOptions(**options)."""
+    on 127.0.0.1 and a free port, with ServeOptions(**options), on the connections `ortformer serve`
+    runs (LimitedProtocol, with `limits` or the defaults)."""
     import uvicorn
 
     from ortformer.serve import ServedModel, ServeOptions, create_app
+    from ortformer.serve.limits import LimitedConfig, Limits
     from ortformer.serve.server import bind
 
     app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))
+    server = uvicorn.Server(LimitedConfig(app, limits or Limits(), log_level="error", access_log=False,
+                                          lifespan="on", ws="none"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
