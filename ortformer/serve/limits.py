@@ -82,6 +82,7 @@ class LimitedProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self.limits: Limits = getattr(config, "limits", None) or Limits()
         self._refused = False
+        self._running = None  # the request whose app task runs
         self._in_head = False  # from a request's first byte to its last header
         self._body_pending = False  # from its last header to the end of its body
         self._messages = 0
@@ -113,6 +114,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_timer = self._body_timer = self._write_timer = None
         if self._refused:
             return
+        self._disconnect_request()  # uvicorn marks only self.cycle, not a pipelined request's predecessor
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -220,13 +222,29 @@ class LimitedProtocol(HttpToolsProtocol):
         busy = cycle is not None and not cycle.response_complete
         # an answer already on the wire (or a pipelined request's head behind one): only close
         answer = not busy or (not self._in_head and not cycle.response_started)
-        if busy:
-            cycle.disconnected = True
-            cycle.message_event.set()
+        self._disconnect_request()
         if answer:
             self.logger.info("%s %d: %s", "%s:%d" % self.client if self.client else "client", status, message)
             self.transport.write(error_response(status, reason, message, error_type))
         self.transport.close()
+
+    def _start_asgi_task(self, cycle, app) -> None:
+        self._running = cycle  # self.cycle is the last request parsed, maybe a pipelined one
+        super()._start_asgi_task(cycle, app)
+
+    def _disconnect_request(self) -> None:
+        """The requests in progress see the client gone now, before the transport reports it
+        (a call later): receive() answers http.disconnect and send() does nothing, where it
+        would otherwise write to a closed transport."""
+        for cycle in {id(c): c for c in (self.cycle, self._running) if c is not None}.values():
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+
+    def abort(self) -> None:
+        """Drops the connection at once, unsent answer and all (graceful shutdown's deadline)."""
+        self._disconnect_request()
+        self.transport.abort()
 
     # answers the client does not read ------------------------------------------------------
 
@@ -243,4 +261,4 @@ class LimitedProtocol(HttpToolsProtocol):
         self._write_timer = None
         self.logger.info("aborted a connection whose client did not read its answer for --write-timeout %g s",
                          self.limits.write_timeout)
-        self.transport.abort()  # close() would wait for the unread answer to drain
+        self.abort()  # close() would wait for the unread answer to drain
