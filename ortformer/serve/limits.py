@@ -16,8 +16,9 @@ connections never reach it. `LimitedProtocol` subclasses `HttpToolsProtocol` and
                         408, then closed (slowloris)
     body_timeout        its body not all in this long after its headers: 408, closed;
                         the app sees the client disconnect
-    write_timeout       the client has not read its answer (the send buffer stays over
-                        its high-water mark) this long: connection aborted
+    write_timeout       part of an answer still waits in the send buffer (the client does
+                        not read) this long after it was buffered, or after the buffer
+                        last fell below its low-water mark: connection aborted
 
 Each timer is a deadline from the event that starts it, not an inactivity timer: a client
 that sends one byte a second still meets it. The limits ride on uvicorn's Config (a
@@ -193,6 +194,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._watch_unsent()
         if self._in_head:  # the next request has begun: its header timer runs, not keep-alive
             self._unset_keepalive_if_required()
         if self._body_pending and self._body_timer is None:
@@ -219,9 +221,12 @@ class LimitedProtocol(HttpToolsProtocol):
         """Answer `status` and close, unless an answer has begun (then only close). A request
         the app is reading sees the client disconnect and its answer goes nowhere."""
         cycle = self.cycle
-        busy = cycle is not None and not cycle.response_complete
-        # an answer already on the wire (or a pipelined request's head behind one): only close
-        answer = not busy or (not self._in_head and not cycle.response_started)
+        # answer only where no other answer is on the wire: a head behind a finished request,
+        # or a body whose request has not begun its answer; otherwise only close
+        if self._in_head:
+            answer = cycle is None or cycle.response_complete
+        else:
+            answer = cycle is not None and not cycle.response_started
         self._disconnect_request()
         if answer:
             self.logger.info("%s %d: %s", "%s:%d" % self.client if self.client else "client", status, message)
@@ -250,15 +255,24 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        if self._write_timer is None:
-            self._write_timer = self.loop.call_later(self.limits.write_timeout, self._write_timed_out)
+        self._watch_unsent()
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self._cancel("_write_timer")
+        self._watch_unsent()  # a new deadline for what is left
+
+    def _watch_unsent(self) -> None:
+        """Arms the write deadline while part of an answer waits in the transport's buffer:
+        below the high-water mark nothing pauses, and closing (keep-alive, Connection: close)
+        waits for that part to drain, which a client that stopped reading never lets happen."""
+        if self._write_timer is None and self.transport.get_write_buffer_size() > 0:
+            self._write_timer = self.loop.call_later(self.limits.write_timeout, self._write_timed_out)
 
     def _write_timed_out(self) -> None:
         self._write_timer = None
+        if self.transport.get_write_buffer_size() == 0 and not self.flow.write_paused:
+            return  # the client read it all in time
         self.logger.info("aborted a connection whose client did not read its answer for --write-timeout %g s",
                          self.limits.write_timeout)
         self.abort()  # close() would wait for the unread answer to drain
