@@ -87,7 +87,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._in_head = False  # from a request's first byte to its last header
         self._body_pending = False  # from its last header to the end of its body
         self._messages = 0
-        self._head_bytes = 0
+        self._head_bytes = 0  # exact: the URL and the headers handed over so far
+        self._head_raw = 0  # raw: the chunks that arrived wholly inside the unfinished head
         self._header_count = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
@@ -140,9 +141,10 @@ class LimitedProtocol(HttpToolsProtocol):
             return
         if in_head and self._in_head and begun == self._messages:
             # the whole chunk belongs to one unfinished head: llhttp buffers it (a header
-            # value is only handed over once it ends), so count it here
-            self._head_bytes += len(data)
-            if self._head_bytes > self.limits.max_header_bytes:
+            # value is only handed over once it ends), so count it here; neither count
+            # exceeds the head's true size, so either passing the limit proves it too large
+            self._head_raw += len(data)
+            if self._head_raw > self.limits.max_header_bytes:
                 self._reject(431, b"Request Header Fields Too Large", self._too_large_bytes(), "validation")
 
     def _bad_request(self) -> None:
@@ -155,7 +157,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._messages += 1
-        self._in_head, self._head_bytes, self._header_count = True, 0, 0
+        self._in_head, self._head_bytes, self._head_raw, self._header_count = True, 0, 0, 0
         self._unset_keepalive_if_required()
         self._head_timer = self.loop.call_later(self.limits.header_timeout, self._timed_out, "header")
 

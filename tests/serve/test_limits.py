@@ -236,3 +236,15 @@ def test_limits_are_checked():
         Limits(header_timeout=0)
     with pytest.raises(InputError, match="max_connections"):
         Limits(max_connections=0)
+
+
+def test_a_head_under_the_limit_sent_in_small_pieces_is_served(server):
+    # 1,800 of the 2,048 bytes, a few bytes per read: no count may add a piece twice
+    request = head(*[f"X-{i}: {'v' * 90}" for i in range(18)], "Connection: close").replace(b"POST /embed", b"GET /health")
+    assert 1500 < len(request) < 2048
+    with connect(server.url) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(request), 64):
+            sock.sendall(request[start:start + 64])
+            time.sleep(0.001)  # each piece its own read on the server
+        assert status(read_to_end(sock)) == 200
