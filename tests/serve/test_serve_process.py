@@ -105,3 +105,11 @@ def test_cuda_without_cuda_names_serves_own_options(runtimes):
     message = fail(str(runtimes.files["embedder"]), "--provider", "cuda")
     assert "--provider cpu" in message and "--provider auto" in message
     assert "allow_fallback" not in message and "provider=" not in message
+
+
+def test_limit_flags_out_of_range_are_usage_errors(runtimes):
+    runtimes["embedder"]
+    path = str(runtimes.files["embedder"])
+    assert "--header-timeout" in fail(path, "--header-timeout", "0", code=2)
+    assert "--max-connections" in fail(path, "--max-connections", "0", code=2)
+    assert "--graceful-shutdown-timeout" in fail(path, "--graceful-shutdown-timeout", "-1", code=2)
