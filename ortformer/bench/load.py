@@ -23,6 +23,7 @@ behind model work shows up here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import time
@@ -161,7 +162,13 @@ async def run_load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:
 
     limits = httpx.Limits(max_connections=plan.concurrency, max_keepalive_connections=plan.concurrency)
     # trust_env=False: no proxy from the environment may route loopback traffic elsewhere
-    async with httpx.AsyncClient(limits=limits, timeout=plan.request_timeout_s, trust_env=False) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(limits=limits, timeout=plan.request_timeout_s, trust_env=False))
+        # the probe's own client (its own connection), made before the clock starts: making
+        # one takes long enough on a loaded machine to eat a short run
+        probe_client = await stack.enter_async_context(
+            httpx.AsyncClient(timeout=plan.request_timeout_s, trust_env=False)) if plan.probe_route else None
         start = time.perf_counter()
         deadline = start + plan.max_seconds
 
@@ -201,7 +208,7 @@ async def run_load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:
 
         done = asyncio.Event()
         probes: list[float] = []
-        prober = asyncio.ensure_future(_probe(plan, done, probes, state)) if plan.probe_route else None
+        prober = asyncio.ensure_future(_probe(plan, probe_client, done, probes, state)) if probe_client else None
         await asyncio.gather(*(one_client() for _ in range(plan.concurrency)))
         wall = time.perf_counter() - start
         done.set()
@@ -211,28 +218,27 @@ async def run_load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:
                      probes if prober is not None else None, state.get("probe_errors", 0))
 
 
-async def _probe(plan: LoadPlan, done: asyncio.Event, probes: list[float], state: dict) -> None:
-    """GETs plan.probe_route on its own connection until `done`, one at a time, each bounded
-    by request_timeout_s; appends each 200's latency (s) and counts the rest."""
+async def _probe(plan: LoadPlan, client, done: asyncio.Event, probes: list[float], state: dict) -> None:
+    """GETs plan.probe_route with `client` until `done`, one at a time, each bounded by
+    request_timeout_s; appends each 200's latency (s) and counts the rest."""
     import httpx
 
     url = plan.url.rstrip("/") + plan.probe_route
-    async with httpx.AsyncClient(timeout=plan.request_timeout_s, trust_env=False) as client:
-        while not done.is_set():
-            sent_at = time.perf_counter()
-            try:
-                response = await asyncio.wait_for(client.get(url), plan.request_timeout_s)
-                ok = response.status_code == 200
-            except (asyncio.TimeoutError, httpx.HTTPError):
-                ok = False
-            if ok:
-                probes.append(time.perf_counter() - sent_at)
-            else:
-                state["probe_errors"] = state.get("probe_errors", 0) + 1
-            try:
-                await asyncio.wait_for(done.wait(), PROBE_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
+    while not done.is_set():
+        sent_at = time.perf_counter()
+        try:
+            response = await asyncio.wait_for(client.get(url), plan.request_timeout_s)
+            ok = response.status_code == 200
+        except (asyncio.TimeoutError, httpx.HTTPError):
+            ok = False
+        if ok:
+            probes.append(time.perf_counter() - sent_at)
+        else:
+            state["probe_errors"] = state.get("probe_errors", 0) + 1
+        try:
+            await asyncio.wait_for(done.wait(), PROBE_INTERVAL_S)
+        except asyncio.TimeoutError:
+            pass
 
 
 def load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:

@@ -58,7 +58,8 @@ class _Server(uvicorn.Server):
             logger.warning("--graceful-shutdown-timeout %g s passed: closing %d open connection(s)",
                            self._deadline, len(state.connections))
             for connection in list(state.connections):
-                connection.abort()
+                # LimitedProtocol.abort also tells the request; any other protocol: the transport
+                getattr(connection, "abort", connection.transport.abort)()
             if not await self._settle(ABORT_GRACE_S):
                 for task in state.tasks:
                     task.cancel()
