@@ -14,10 +14,16 @@ never dropped. Figures count answered-and-valid requests only:
 rps = ok / wall, tokens/s = sum(tokens of ok requests) / wall, where wall runs from
 the first request to the last answer, and p50/p99 are numpy's linearly interpolated
 percentiles of the ok requests' latencies (all of them are returned too, in ms).
+
+With ``probe_route`` (e.g. "/health"), one more client on its own connection GETs it
+every PROBE_INTERVAL_S while the load runs: probe_p50_ms / probe_p99_ms over its 200s
+(probe_latencies_ms, all of them), probe_errors for the rest. A liveness probe that waits
+behind model work shows up here.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import time
@@ -29,6 +35,7 @@ from ..errors import LoadTargetError
 
 PROTOCOLS = ("openai", "tei")
 MAX_SECONDS = 3600.0
+PROBE_INTERVAL_S = 0.05  # between a probe's answer and the next probe: it adds no real load
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +53,7 @@ class LoadPlan:
     protocol: str = "openai"
     model: str = ""
     request_timeout_s: float = 60.0  # one request's limit, connection to last byte
+    probe_route: str | None = None   # GET this (e.g. /health) alongside the load, timing it
 
     def replace(self, **changes) -> "LoadPlan":
         return dataclasses.replace(self, **changes)
@@ -116,12 +124,19 @@ def answer_problem(plan: LoadPlan, body, count: int) -> tuple[str, str] | None:
 
 
 def summarize(latencies_s: list[float], ok_tokens: int, wall_s: float, sent: int, errors: dict[str, int],
-              first_errors: dict[str, str], plan: LoadPlan, stopped_by: str) -> dict:
+              first_errors: dict[str, str], plan: LoadPlan, stopped_by: str,
+              probes_s: list[float] | None = None, probe_errors: int = 0) -> dict:
     """The run's figures (see the module docstring for the formulas)."""
     ok = len(latencies_s)
     lat = np.asarray(latencies_s, dtype=np.float64) * 1e3
     pct = (lambda q: float(np.percentile(lat, q))) if ok else (lambda q: None)
-    return {"concurrency": plan.concurrency, "batch": plan.batch, "sent": sent, "ok": ok,
+    probe = {}
+    if probes_s is not None:
+        probe_ms = np.asarray(probes_s, dtype=np.float64) * 1e3
+        at = (lambda q: float(np.percentile(probe_ms, q))) if probe_ms.size else (lambda q: None)
+        probe = {"probe_route": plan.probe_route, "probe_ok": int(probe_ms.size), "probe_errors": probe_errors,
+                 "probe_p50_ms": at(50), "probe_p99_ms": at(99), "probe_latencies_ms": probe_ms.tolist()}
+    return {**probe, "concurrency": plan.concurrency, "batch": plan.batch, "sent": sent, "ok": ok,
             "errors": dict(errors), "first_errors": dict(first_errors), "stopped_by": stopped_by,
             "wall_s": wall_s, "rps": ok / wall_s if wall_s > 0 else 0.0,
             "texts_per_s": ok * plan.batch / wall_s if wall_s > 0 else 0.0,
@@ -147,7 +162,13 @@ async def run_load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:
 
     limits = httpx.Limits(max_connections=plan.concurrency, max_keepalive_connections=plan.concurrency)
     # trust_env=False: no proxy from the environment may route loopback traffic elsewhere
-    async with httpx.AsyncClient(limits=limits, timeout=plan.request_timeout_s, trust_env=False) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(limits=limits, timeout=plan.request_timeout_s, trust_env=False))
+        # the probe's own client (its own connection), made before the clock starts: making
+        # one takes long enough on a loaded machine to eat a short run
+        probe_client = await stack.enter_async_context(
+            httpx.AsyncClient(timeout=plan.request_timeout_s, trust_env=False)) if plan.probe_route else None
         start = time.perf_counter()
         deadline = start + plan.max_seconds
 
@@ -185,9 +206,39 @@ async def run_load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:
                 latencies.append(took)
                 state["ok_tokens"] += sum(tokens[k] for k in picked)
 
+        done = asyncio.Event()
+        probes: list[float] = []
+        prober = asyncio.ensure_future(_probe(plan, probe_client, done, probes, state)) if probe_client else None
         await asyncio.gather(*(one_client() for _ in range(plan.concurrency)))
         wall = time.perf_counter() - start
-    return summarize(latencies, state["ok_tokens"], wall, state["next"], errors, first_errors, plan, state["stopped_by"])
+        done.set()
+        if prober is not None:
+            await prober
+    return summarize(latencies, state["ok_tokens"], wall, state["next"], errors, first_errors, plan, state["stopped_by"],
+                     probes if prober is not None else None, state.get("probe_errors", 0))
+
+
+async def _probe(plan: LoadPlan, client, done: asyncio.Event, probes: list[float], state: dict) -> None:
+    """GETs plan.probe_route with `client` until `done`, one at a time, each bounded by
+    request_timeout_s; appends each 200's latency (s) and counts the rest."""
+    import httpx
+
+    url = plan.url.rstrip("/") + plan.probe_route
+    while not done.is_set():
+        sent_at = time.perf_counter()
+        try:
+            response = await asyncio.wait_for(client.get(url), plan.request_timeout_s)
+            ok = response.status_code == 200
+        except (asyncio.TimeoutError, httpx.HTTPError):
+            ok = False
+        if ok:
+            probes.append(time.perf_counter() - sent_at)
+        else:
+            state["probe_errors"] = state.get("probe_errors", 0) + 1
+        try:
+            await asyncio.wait_for(done.wait(), PROBE_INTERVAL_S)
+        except asyncio.TimeoutError:
+            pass
 
 
 def load(plan: LoadPlan, texts: list[str], tokens: list[int]) -> dict:

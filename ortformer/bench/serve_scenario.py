@@ -8,7 +8,8 @@ real sentences that fit the model's 256 tokens, ``BATCH`` texts a request on Ope
 (the order flips each round) and the server not under load is paused (servers.py).
 
 Per server and concurrency: rps and tokens/s are the median over rounds; p50/p99 are
-over every ok request of all rounds pooled. ratio = ortformer's rps / the peer's rps;
+over every ok request of all rounds pooled; health_p99_ms is the p99 of a GET /health
+probe sent every 50 ms during the load (all rounds pooled). ratio = ortformer's rps / the peer's rps;
 p99 ratio = ortformer's p99 / the peer's p99 (< 1: ortformer's tail is shorter).
 """
 from __future__ import annotations
@@ -118,7 +119,7 @@ def measure(servers: dict, texts: list[str], tokens: list[int], threads: int, se
                 server = servers[name]
                 plan = LoadPlan(server.url, DIMENSION, concurrency=concurrency, batch=BATCH, model=MODEL_NAME,
                                 max_requests=max(4 * concurrency, 16) if r == 0 else 100_000,
-                                max_seconds=settings["seconds"] / (3 if r == 0 else 1))
+                                max_seconds=settings["seconds"] / (3 if r == 0 else 1), probe_route="/health")
                 server.resume()
                 try:
                     result = load(plan, texts, tokens)
@@ -128,12 +129,16 @@ def measure(servers: dict, texts: list[str], tokens: list[int], threads: int, se
                     runs[name].append(result)
         for name, results in runs.items():
             latencies = np.concatenate([r.pop("latencies_ms") for r in results])
+            health = np.concatenate([r.pop("probe_latencies_ms") for r in results])
             rows.append({
                 "server": name, "concurrency": concurrency, "threads": threads, "batch": BATCH,
                 "rps": statistics.median(r["rps"] for r in results),
                 "tokens_per_s": statistics.median(r["tokens_per_s"] for r in results),
                 "p50_ms": float(np.percentile(latencies, 50)) if latencies.size else None,
                 "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
+                # GET /health under this load: does a liveness probe wait behind model work?
+                "health_p99_ms": float(np.percentile(health, 99)) if health.size else None,
+                "health_errors": sum(r["probe_errors"] for r in results),
                 "ok": sum(r["ok"] for r in results), "errors": sum(sum(r["errors"].values()) for r in results),
                 "rounds": [{k: r[k] for k in ("rps", "tokens_per_s", "p50_ms", "p99_ms", "ok", "errors", "first_errors",
                                               "wall_s", "stopped_by")} for r in results],

@@ -2,10 +2,34 @@
 CLI works without the 'serve' extra and names it when the verb is used)."""
 from __future__ import annotations
 
+import os
+
 import click
 
+from ..errors import InputError
 from ..runtime.providers import PROVIDERS
 from .common import quiet_onnxruntime, threads_option
+
+API_KEY_ENV = "ORTFORMER_API_KEY"
+
+
+def limit_options(command):
+    """The connection limits and timeouts (ortformer.serve.limits.Limits; docs/serve.md says
+    why each default)."""
+    seconds = click.FloatRange(0, 86_400, min_open=True)
+    for name, kind, default, text in reversed([
+        ("--max-connections", click.IntRange(min=1), 1024, "Most open connections; one more is answered 503 and closed."),
+        ("--max-header-bytes", click.IntRange(min=256), 32768, "Most bytes in a request line and its headers (more: 431)."),
+        ("--max-headers", click.IntRange(min=1), 100, "Most header fields in a request (more: 431)."),
+        ("--keep-alive-timeout", seconds, 5.0, "Seconds a connection may stay open with no request begun."),
+        ("--header-timeout", seconds, 10.0, "Seconds from a request's first byte to its last header (then 408, closed)."),
+        ("--body-timeout", seconds, 30.0, "Seconds from a request's headers to the end of its body (then 408, closed)."),
+        ("--write-timeout", seconds, 30.0, "Seconds an answer may wait on a client that does not read it (then closed)."),
+        ("--graceful-shutdown-timeout", seconds, 20.0,
+         "Seconds SIGTERM waits for open requests before closing their connections (below Kubernetes' 30 s grace)."),
+    ]):
+        command = click.option(name, type=kind, default=default, show_default=True, help=text)(command)
+    return command
 
 
 @click.command("serve")
@@ -27,20 +51,25 @@ from .common import quiet_onnxruntime, threads_option
 @click.option("--auto-truncate", is_flag=True, help="Truncate over-long inputs unless the request says otherwise.")
 @click.option("--api-key", envvar="ORTFORMER_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' on every route but /health and /metrics "
-                   "(or set ORTFORMER_API_KEY).")
+                   "(or set ORTFORMER_API_KEY; --api-key-file keeps it out of the process list).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False), default=None,
+              help="Read the API key from this file (one trailing newline is dropped).")
 @threads_option("onnxruntime threads per model [default: the CPUs this process may use: affinity and cgroup quota].")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True, help="Execution provider.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True, help="uvicorn's log level ('info' logs each request).")
+@limit_options
 @click.pass_context
 def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms, max_client_batch_size,
-                  payload_limit, max_concurrent_requests, auto_truncate, api_key, threads, provider, log_level):
+                  payload_limit, max_concurrent_requests, auto_truncate, api_key, api_key_file, threads, provider,
+                  log_level, **limits):
     """Serve MODELS over HTTP: text-embeddings-inference's routes and OpenAI's /v1/embeddings.
 
     Routes: POST /embed, /embed_sparse, /embed_all, /rerank, /predict, /tokenize,
     /v1/embeddings; GET /info, /health, /metrics. Concurrent requests are batched by
     length into model calls of at most --max-batch-tokens padded tokens. SIGTERM or
-    Ctrl-C stops accepting connections, answers every open request, and exits 0.
+    Ctrl-C stops accepting connections, answers every open request (for at most
+    --graceful-shutdown-timeout seconds, then closes what is left), and exits 0.
 
     \b
     Examples:
@@ -49,16 +78,30 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
       curl -s localhost:8080/embed -H 'Content-Type: application/json' -d '{"inputs": "a text"}'
     """
     from ..serve import ServedModel, ServeOptions, create_app, load_runtime, model_specs, run
+    from ..serve.auth import check_key, read_key_file
+    from ..serve.limits import Limits
     from ..serve.server import announce
 
     quiet_onnxruntime(ctx)
+    if api_key_file is not None:
+        if api_key is not None:
+            source = "--api-key" if ctx.get_parameter_source("api_key").name == "COMMANDLINE" else API_KEY_ENV
+            raise click.UsageError(f"give the key once: --api-key-file or {source}, not both")
+        api_key = read_key_file(api_key_file)
+    elif api_key is None and os.environ.get(API_KEY_ENV) == "":
+        # click reads an empty variable as unset: that would serve without a key, unannounced
+        raise InputError(f"{API_KEY_ENV} is set but empty; give a key, or unset it to serve without one")
+    elif api_key is not None:
+        source = "--api-key" if ctx.get_parameter_source("api_key").name == "COMMANDLINE" else API_KEY_ENV
+        check_key(api_key, source)
+    transport = Limits(**limits)
     specs = model_specs(models, named)
     options = ServeOptions(max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                            max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
                            max_concurrent_requests=max_concurrent_requests, auto_truncate=auto_truncate,
                            api_key=api_key, threads=threads, provider=provider)
     served = [ServedModel(name, load_runtime(path, options)) for name, path in specs.items()]
-    run(create_app(served, options), host, port, log_level=log_level, ready=announce(list(specs)))
+    run(create_app(served, options), host, port, log_level=log_level, ready=announce(list(specs)), limits=transport)
 
 
 COMMANDS = [serve_command]

@@ -4,18 +4,21 @@ OpenAI's embeddings API, over the torch-free runtime (needs the ``serve`` extra)
 - ``create_app(models, options)``: the ASGI app (Starlette) for ServedModels;
 - ``ServedModel(name, runtime)``: a Runtime behind the routes;
 - ``ServeOptions``: batching, limits and auth, with TEI's defaults;
-- ``run(app, host, port)``: serve with uvicorn until SIGTERM, then drain.
+- ``run(app, host, port, limits=...)``: serve with uvicorn until SIGTERM, then drain
+  (within ``limits.Limits.graceful_shutdown_timeout``).
 
 Layout: options (flags, CPU count in cpus), model (a served model's operations, shared by every
 transport: embed, rerank, similarity, ...), encoding (inputs -> token ids, tokens, decoding),
 batcher (one queue and worker per model, Runtime.embed off the event loop, admission), requests
 (strict parsing of the bodies), app and routes (HTTP: parse, call, format), outputs (normalise,
-pool, sparse, scores, quantize, JSON in pieces), metrics (Prometheus, TEI's names), errors
-(TEI's codes).
+pool, sparse, scores, quantize, JSON in pieces), server and limits (uvicorn with a bound on
+everything a connection holds; a bounded shutdown), auth (the API key), metrics (Prometheus,
+TEI's names), errors (TEI's codes).
 """
 from ..errors import MissingExtraError
 
 try:
+    import httptools  # noqa: F401  (the HTTP parser the connection limits are built on)
     import prometheus_client  # noqa: F401
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 import uuid
@@ -16,6 +15,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .auth import bearer, matches
 from .batcher import Batcher
 from .errors import ServeError, bad_request, too_large
 from .metrics import Metrics
@@ -58,6 +58,7 @@ class ServeApp:
         self.models = {m.name: m for m in models}
         self.default = models[0]
         self.options = options
+        self.bearer = None if options.api_key is None else bearer(options.api_key)
         self.metrics = Metrics(list(self.models), max(m.max_input_length for m in models))
         self.batchers = {m.name: Batcher(m, self.metrics, max_batch_tokens=options.batch_tokens(m.runtime),
                                          max_wait_ms=options.max_wait_ms,
@@ -86,11 +87,11 @@ class ServeApp:
         raise bad_request(f"model {name[:40]!r} is not served here; served: {', '.join(sorted(self.models))}")
 
     def authorized(self, request: Request) -> bool:
-        key = self.options.api_key
-        if key is None or request.url.path in PUBLIC:
+        if self.bearer is None or request.url.path in PUBLIC:
             return True
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+        # the header's raw bytes: a non-ASCII key arrives as its UTF-8 bytes
+        sent = next((value for name, value in request.headers.raw if name == b"authorization"), b"")
+        return matches(sent, self.bearer)
 
     async def body(self, request: Request) -> bytes:
         """The raw body, refused (413) past --payload-limit bytes before it is all read."""
@@ -129,6 +130,8 @@ class ServeApp:
             try:
                 if not self.authorized(request):
                     raise ServeError("missing or wrong API key: send \"Authorization: Bearer KEY\"", "unauthorized")
+                if request.method == "POST":
+                    check_json(request.headers.get("content-type"))
                 response = await handler(request, handled)
                 name = handled.model.name if handled.model else name
                 if handled.counted:
@@ -162,6 +165,18 @@ class ServeApp:
         worker thread in pieces (outputs.json_bytes), so a 60 MB answer never holds the loop."""
         body = await asyncio.to_thread(json_bytes, content)
         return Response(body, 200, handled.headers(), media_type="application/json")
+
+
+def check_json(content_type: str | None) -> None:
+    """415 unless the body is declared JSON: ``application/json`` or ``application/*+json``,
+    any case, parameters (charset) ignored. A browser's cross-site form can only send
+    form, multipart or text/plain bodies without a CORS preflight, so they are refused."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    if kind != "application" or not (subtype == "json" or subtype.endswith("+json")):
+        shown = repr(content_type[:64]) if content_type else "none"
+        raise ServeError(f"the body must be JSON: send Content-Type: application/json (got {shown})",
+                         "validation", status=415)
 
 
 async def _disconnect(request: Request) -> None:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checks import check_int
-from ..errors import InputError, ModelFileError
+from ..errors import InputError, ModelFileError, ProviderError
 from ..runtime import Runtime
 from ..runtime.session import CPU_TOKENS_PER_THREAD
+from .auth import check_key
 from .cpus import available_cpus
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
@@ -50,8 +51,8 @@ class ServeOptions:
             check_int("threads", self.threads)
         if not (isinstance(self.max_wait_ms, (int, float)) and 0 <= self.max_wait_ms <= 10_000):
             raise InputError(f"max_wait_ms={self.max_wait_ms!r} must be a number of milliseconds in [0, 10000]")
-        if self.api_key is not None and not self.api_key.strip():
-            raise InputError("api_key is empty; give a key, or none to serve without one")
+        if self.api_key is not None:
+            check_key(self.api_key)
 
     def resolved_threads(self) -> int:
         return self.threads or available_cpus()
@@ -89,12 +90,23 @@ def model_specs(paths: tuple[str, ...], named: tuple[str, ...]) -> dict[str, Pat
 
 def load_runtime(path: str | os.PathLike, options: ServeOptions) -> Runtime:
     """The model's Runtime with the server's threads; a tokenizer problem becomes an error
-    (a server of text routes that cannot read text would fail every request)."""
-    from ..runtime.session import TextUnavailableWarning
+    (a server of text routes that cannot read text would fail every request), as does
+    --provider cuda where CUDA cannot run (ProviderError naming serve's own options)."""
+    from ..runtime.session import ProviderFallbackWarning, TextUnavailableWarning
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", TextUnavailableWarning)
-        runtime = Runtime(path, options.provider, threads=options.resolved_threads())
+        warnings.simplefilter("always", ProviderFallbackWarning)
+        runtime = Runtime(path, options.provider, threads=options.resolved_threads(),
+                          allow_fallback=options.provider == "cuda")
+    fallback = next((w for w in caught if issubclass(w.category, ProviderFallbackWarning)), None)
+    if fallback is not None:
+        reason = str(fallback.message).removesuffix("; running on CPU")
+        raise ProviderError(f"--provider cuda: {reason}; serve on the CPU with --provider cpu, or with --provider "
+                            "auto (the GPU when CUDA is usable, else the CPU)")
+    for other in caught:
+        if not issubclass(other.category, (ProviderFallbackWarning, TextUnavailableWarning)):
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
     if runtime.text_problem is not None:
         raise ModelFileError(f"{path}: text input is unavailable: {runtime.text_problem}")
     return runtime

@@ -129,3 +129,14 @@ def test_token_counts_must_match_the_texts():
 def test_latencies_are_returned_for_pooling(server):
     result = load(plan_for(server, max_requests=5), TEXTS, TOKENS)
     assert np.isclose(np.percentile(result["latencies_ms"], 99), result["p99_ms"])
+
+
+def test_a_probe_route_is_timed_alongside_the_load(server):
+    server.delay = 0.02  # the load lasts a few probe intervals
+    result = load(plan_for(server, concurrency=2, max_requests=30, probe_route="/health"), TEXTS, TOKENS)
+    assert result["ok"] == 30 and result["probe_errors"] == 0 and result["probe_ok"] >= 1
+    assert len(result["probe_latencies_ms"]) == result["probe_ok"]
+    assert np.isclose(np.percentile(result["probe_latencies_ms"], 99), result["probe_p99_ms"])
+    missing = load(plan_for(server, max_requests=10, probe_route="/nope"), TEXTS, TOKENS)
+    assert missing["probe_ok"] == 0 and missing["probe_errors"] >= 1 and missing["probe_p99_ms"] is None
+    assert "probe_p99_ms" not in load(plan_for(server, max_requests=2), TEXTS, TOKENS)

@@ -71,6 +71,7 @@ def test_interleaved_rounds_measure_each_server_at_each_concurrency(tmp_path):
     for row in rows:
         assert row["errors"] == 0 and row["ok"] == sum(r["ok"] for r in row["rounds"]) > 0 and len(row["rounds"]) == 2
         assert row["p50_ms"] <= row["p99_ms"] and row["rps"] > 0
+        assert row["health_errors"] == 0 and row["health_p99_ms"] > 0  # /health probed under the load
         assert row["tokens_per_s"] == statistics.median(r["tokens_per_s"] for r in row["rounds"])
     assert all(server.process.poll() is not None for server in servers.values())
 

@@ -63,7 +63,7 @@ def test_auto_truncate_cuts_unless_the_request_says_not(runtimes):
 
 
 def test_bodies_that_are_not_the_request_are_422(client):
-    assert "JSON" in error(client.post("/embed", content=b"{not json"), 422, "validation")
+    assert "JSON" in error(client.post("/embed", content=b"{not json", headers={"content-type": "application/json"}), 422, "validation")
     error(client.post("/embed", json={"input": "x"}), 422, "validation")  # the field is `inputs`
     error(client.post("/embed", json={"inputs": 3}), 422, "validation")
     error(client.post("/embed", json={"inputs": "x", "truncation_direction": "up"}), 422, "validation")

@@ -4,6 +4,10 @@ background thread. The fixture is in tests/serve/conftest.py."""
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +20,7 @@ pytest.importorskip("uvicorn")
 from ortformer.config import Classifier, preset  # noqa: E402
 from support.text_models import minilm_tokenizer  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
 VOCAB = 30522  # BERT's, the MiniLM tokenizer's ids
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 
@@ -89,17 +94,20 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(runtimes: dict, names: list[str], **options):
+def serving(runtimes: dict, names: list[str], limits=None, **options):
     """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks them, the first the default)
-    on 127.0.0.1 and a free port, with ServeOptions(**options)."""
+    on 127.0.0.1 and a free port, with ServeOptions(**options), on the connections `ortformer serve`
+    runs (LimitedProtocol, with `limits` or the defaults)."""
     import uvicorn
 
     from ortformer.serve import ServedModel, ServeOptions, create_app
+    from ortformer.serve.limits import LimitedConfig, Limits
     from ortformer.serve.server import bind
 
     app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))
+    server = uvicorn.Server(LimitedConfig(app, limits or Limits(), log_level="error", access_log=False,
+                                          lifespan="on", ws="none"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -112,3 +120,21 @@ def serving(runtimes: dict, names: list[str], **options):
     finally:
         running.stop()
         sock.close()
+
+
+def start_process(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`ortformer serve ARGS --port 0` in a process (its stdout, where uvicorn's access log goes,
+    and stderr text pipes); (process, its URL) once it listens."""
+    process = subprocess.Popen([sys.executable, "-m", "ortformer.cli", "serve", *args, "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)})
+    seen = []
+    for _ in range(100):  # the line it prints once listening; at --log-level info, uvicorn's before it
+        seen.append(process.stderr.readline())
+        match = re.search(r"listening on (http://\S+)", seen[-1])
+        if match is not None or not seen[-1]:
+            break
+    if match is None:
+        process.kill()
+        pytest.fail(f"the server did not start: {''.join(seen)}{process.stderr.read()}")
+    return process, match.group(1)
