@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from . import contract
 from .late import LateInteraction
 from .onnxfile import all_tensors, check_location_name, resolve_inside  # noqa: F401  (resolve_inside: this module's API)
-from .config import EncoderConfig
+from .config import SPLADE_POOLINGS, EncoderConfig
 from .errors import ConfigError, ModelFileError
 from .chunkfile import check_chunked
 
@@ -103,9 +103,12 @@ class ModelFile:
 
     @property
     def labels(self) -> list[str]:
-        """The classifier's label names by id (checked on read); LABEL_i when none are recorded."""
+        """The classifier's label names by id (checked on read); LABEL_i when none are recorded, and none
+        for a SPLADE model's masked-LM head, whose logits are the vocabulary (a token id, not a label)."""
         if contract.META_LABELS in self.metadata:
             return contract.parse_labels(self.metadata[contract.META_LABELS])
+        if self.config.pooling in SPLADE_POOLINGS:
+            return []
         return [f"LABEL_{i}" for i in range(self.config.num_labels)]
 
     @property

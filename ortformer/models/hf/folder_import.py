@@ -12,7 +12,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, folder_name, read_json, transformer_dir
-from .heads import classifier_head, mlm_head, mlm_inputs
+from .heads import classifier_head, mlm_head, mlm_inputs, tie_decoder
 from .late_folders import TokenHeads, bge_m3_heads, colbert_ai_heads, st_token_heads
 from .sentence_config import read_sentence_config
 from .sentence_dense import dense_tensors
@@ -64,6 +64,7 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     heads = _token_heads(root, st, cfg.hidden_size)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
+    raw = legacy_names(raw, str(weights))
     if heads is None:  # colbert-ai keeps its projection among the encoder's weights
         heads = colbert_ai_heads(root, hf_config, raw, str(weights))
     if heads is not None:
@@ -84,12 +85,34 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     if heads is not None:
         mapped, files = {**mapped, **heads.tensors}, [*files, *heads.files]
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
+    if sparse:
+        tie_decoder(model)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
     return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt, labels=classifier.labels if classifier else (),
                   late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None)
+
+
+# transformers' "legacy" renaming, applied to every model's keys when it loads a checkpoint: TF-era
+# saves (and folders re-saved from them, SPLADE heads included) name LayerNorm parameters gamma / beta
+LEGACY_NAMES = (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias"))
+
+
+def legacy_names(raw: Tensors, what: str) -> Tensors:
+    """``raw`` with the legacy parameter names renamed as transformers renames them on load, so
+    every family's encoder and head mapping reads one spelling; a name saved both ways is refused."""
+    renamed = {}
+    for name, tensor in raw.items():
+        new = name
+        for old, current in LEGACY_NAMES:
+            new = new.replace(old, current)
+        if new != name and new in raw:
+            raise CheckpointError(f"{what} holds both {name} and {new}: one parameter saved under its legacy "
+                                  "and its current name; keep one")
+        renamed[new] = tensor
+    return renamed
 
 
 def _token_heads(root: Path, st, hidden: int) -> TokenHeads | None:
