@@ -122,11 +122,26 @@ class ServedModel:
             raise validation(f"prompt_name={name!r} is not a prompt of model {self.name!r}; valid: {valid}")
         return self.runtime.prompt_text(name)
 
+    def _rerank_prompts(self, inputs: list, pairs: list | None) -> list:
+        """Each text input and its pair as the LLM reranker's templated prompt ids (token-id inputs pass
+        as they are); 413 for a text without a pair."""
+        pairs = pairs or [None] * len(inputs)
+        if any(isinstance(x, str) and p is None for x, p in zip(inputs, pairs)):
+            raise validation(f"model {self.name!r} is an LLM reranker: it scores [query, document] pairs "
+                             "(/rerank, or /predict with pairs)")
+        try:
+            return [np.asarray(self.runtime.rerank_ids(x, [p], max_length=self.max_input_length)[0], dtype=np.int64)
+                    if isinstance(x, str) else x for x, p in zip(inputs, pairs)]
+        except InputError as exc:
+            raise validation(str(exc)) from None
+
     def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
                pairs: list[str | None] | None = None) -> Encoded:
         """Texts (with their pairs, if any) and token-id lists as sequences of at most
         max_input_length tokens: longer ones are cut at `direction`'s end ("left" / "right";
         None: the tokenizer's own side) when `truncate`, else refused (413, TEI's validation)."""
+        if self.runtime.rerank_template is not None:  # an LLM reranker: each (query, document) is one prompt
+            inputs, pairs = self._rerank_prompts(inputs, pairs), None
         limit = self.max_input_length
         ids: list = [None] * len(inputs)
         types: list = [None] * len(inputs)

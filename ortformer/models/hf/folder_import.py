@@ -23,7 +23,8 @@ MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[s
 
 
 def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderConfig], map_weights: MapWeights,
-                  pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+                  pooling: str | None = None, normalize: bool | None = None, name: str | None = None,
+                  reranker=None) -> Loaded:
     """Import a Hugging Face folder (with or without a sentence-transformers layout).
 
     build(hf_config, common) -> EncoderConfig, where common holds pooling,
@@ -31,7 +32,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     (ortformer-named tensors, dropped names), checking what it maps.
     pooling / normalize override the sentence-transformers config; without one the
     default is pooling="none" (a base model's pooler is not imported). A classifier's head
-    (config.json's architectures, heads.py) becomes the logits output.
+    (config.json's architectures, heads.py) becomes the logits output; an LLM reranker's
+    (``reranker``, llm_reranker.RerankerHead) the one-label z_yes - z_no head.
     """
     root = Path(folder)
     if not root.is_dir():
@@ -51,6 +53,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model_type = hf_config.get("model_type")
     if sparse:
         classifier = mlm_head(hf_config, model_type, str(model_dir))
+    elif reranker is not None:
+        classifier = reranker.classifier
     else:
         classifier = None if st.pooling is not None else classifier_head(hf_config, model_type, str(model_dir))
     common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or folder_name(root),
@@ -65,6 +69,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
     raw = legacy_names(raw, str(weights))
+    if reranker is not None:
+        raw = reranker.tensors(raw, str(weights))
     if heads is None:  # colbert-ai keeps its projection among the encoder's weights
         heads = colbert_ai_heads(root, hf_config, raw, str(weights))
     if heads is not None:
@@ -92,7 +98,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt, labels=classifier.labels if classifier else (),
-                  late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None)
+                  late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None,
+                  rerank=reranker.template if reranker is not None else None)
 
 
 # transformers' "legacy" renaming, applied to every model's keys when it loads a checkpoint: TF-era
