@@ -438,6 +438,11 @@ def info(ctx, model, as_json, sequence_length):
     for prompt, text in named:
         default = " (default)" if prompt == prompts.get("default") else ""
         click.echo(f"{'':<11}   {prompt}{default}: {text!r}")
+    rerank = report.get("rerank_template")
+    if rerank:  # an LLM reranker: what Runtime.rerank and /rerank build around each pair
+        score = "sigmoid(d) = P(yes)" if rerank["score"] == "sigmoid" else "d"
+        click.echo(f"rerank      logits d = z[{rerank['yes']!r}] - z[{rerank['no']!r}] at the last token; score {score}; "
+                   f"default instruction {rerank['instruction']!r}; template {''.join(rerank['segments'])!r}")
     late = report.get("late_interaction")
     if late:  # lists (skiplist, special ids) by count: punctuation runs to 32 ids
         click.echo("late        " + " ".join(f"{k}=[{len(v)} ids]" if isinstance(v, list) else f"{k}={v}"

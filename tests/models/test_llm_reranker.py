@@ -145,6 +145,13 @@ def test_the_file_keeps_two_rows_of_the_lm_head_and_its_template(reranker):
     assert ("{document}" in "".join(template["segments"])) and template["score"] in ("sigmoid", "logit")
     model_file = read_model_file(path)
     assert model_file.config.classifier.labels == 1 and model_file.labels == ["relevance"]
+    from click.testing import CliRunner
+
+    from ortformer.cli import cli
+
+    report = json.loads(CliRunner().invoke(cli, ["info", str(path), "--json"]).output)
+    assert report["rerank_template"] == template
+    assert "rerank      logits d = z[" in CliRunner().invoke(cli, ["info", str(path)]).output
 
 
 def test_instruction_and_truncation(reranker):
