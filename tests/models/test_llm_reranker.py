@@ -203,3 +203,27 @@ def test_rerank_and_predict_through_serve(reranker):
         np.testing.assert_allclose(runtime.rerank_template.scores([predicted[0][0]["score"]]), want[:1], atol=1e-5)
         lone = httpx.post(f"{running.url}/predict", json={"inputs": QUERY}, timeout=30)
         assert lone.status_code == 413 and "pairs" in lone.json()["error"]
+
+
+def test_a_template_on_a_model_without_a_one_label_last_token_head_is_refused(tokens_model, tmp_path):
+    from support.text_models import set_metadata
+
+    from ortformer.models.hf.llm_reranker import TEMPLATES
+
+    bad = set_metadata(tokens_model, contract.META_RERANK, TEMPLATES["qwen3-reranker"][1].to_json(), tmp_path / "e.onnx")
+    with pytest.raises(ModelFileError, match="one-label per-sequence classifier on the last token"):
+        read_model_file(bad)
+
+
+def test_a_reranker_is_recognised_by_its_folder_name_and_architecture(tmp_path):
+    from ortformer.errors import CheckpointError
+    from ortformer.models.hf.llm_reranker import template_name
+
+    causal = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}
+    assert template_name(tmp_path / "Qwen3-Reranker-0.6B", causal) == "qwen3-reranker"
+    assert template_name(tmp_path / "Qwen3-Embedding-0.6B", causal) is None  # a causal LM, not a reranker
+    assert template_name(tmp_path / "Qwen3-Reranker-0.6B", {**causal, "architectures": ["Qwen3Model"]}) is None
+    assert template_name(tmp_path / "mxbai-rerank-large-v2", {"model_type": "qwen2",
+                                                               "architectures": ["Qwen2ForCausalLM"]}) == "mxbai-rerank-v2"
+    with pytest.raises(CheckpointError, match="holds a qwen3 model.*model_type='qwen2'"):
+        template_name(tmp_path / "Qwen3-Reranker-4B", {**causal, "model_type": "qwen2"})
