@@ -55,6 +55,9 @@ TOKEN_EMBEDDINGS = "token_embeddings"
 SPARSE = "sparse"
 # optional: the classifier's label names, a JSON list of classifier.labels strings
 META_LABELS = "ortformer.labels"
+# optional: an LLM yes/no reranker's prompt template (rerank_template.RerankTemplate as JSON); its file's
+# logits (B, 1) are z_yes - z_no at the last kept token
+META_RERANK = "ortformer.rerank_template"
 
 
 def input_names(cfg: EncoderConfig) -> list[str]:
@@ -98,6 +101,14 @@ def input_shapes(cfg: EncoderConfig) -> dict[str, list]:
     if not cfg.takes_ids:
         shapes[INPUTS_EMBEDS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]
     return shapes
+
+
+def rerank_problem(cfg: EncoderConfig) -> str:
+    """What a model with a META_RERANK template lacks ('' when none): a one-label head on the last token."""
+    head = cfg.classifier
+    if head is None or head.labels != 1 or head.per_token or head.pooling != "last":
+        return "a one-label per-sequence classifier on the last token (classifier.labels=1, pooling='last')"
+    return ""
 
 
 def labels_json(labels) -> str:

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING
 
 from . import contract
 from .late import LateInteraction
+from .rerank_template import RerankTemplate
 from .onnxfile import all_tensors, check_location_name, resolve_inside  # noqa: F401  (resolve_inside: this module's API)
-from .config import EncoderConfig
+from .config import SPLADE_POOLINGS, EncoderConfig
 from .errors import ConfigError, ModelFileError
 from .chunkfile import check_chunked
 
@@ -103,10 +104,19 @@ class ModelFile:
 
     @property
     def labels(self) -> list[str]:
-        """The classifier's label names by id (checked on read); LABEL_i when none are recorded."""
+        """The classifier's label names by id (checked on read); LABEL_i when none are recorded, and none
+        for a SPLADE model's masked-LM head, whose logits are the vocabulary (a token id, not a label)."""
         if contract.META_LABELS in self.metadata:
             return contract.parse_labels(self.metadata[contract.META_LABELS])
+        if self.config.pooling in SPLADE_POOLINGS:
+            return []
         return [f"LABEL_{i}" for i in range(self.config.num_labels)]
+
+    @property
+    def rerank(self) -> RerankTemplate | None:
+        """An LLM reranker's prompt template (contract.META_RERANK, checked on read), or None."""
+        text = self.metadata.get(contract.META_RERANK)
+        return RerankTemplate.from_json(text) if text is not None else None
 
     @property
     def late(self) -> LateInteraction | None:
@@ -215,6 +225,14 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
         _check_int8(path, metadata[contract.META_INT8])
     if contract.META_LATE in metadata:
         _check_late(path, metadata[contract.META_LATE], config)
+    if contract.META_RERANK in metadata:
+        try:
+            RerankTemplate.from_json(metadata[contract.META_RERANK])
+        except (TypeError, ValueError) as exc:
+            raise ModelFileError(f"{path}: bad '{contract.META_RERANK}' metadata: {exc}") from None
+        problem = contract.rerank_problem(config)
+        if problem:
+            raise ModelFileError(f"{path}: '{contract.META_RERANK}' metadata belongs to a model with {problem}")
     return config, parity
 
 

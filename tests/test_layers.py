@@ -3,7 +3,7 @@ inside a function) goes to the module's own layer or one below, and the modules'
 imports form no circle.
 
 Layers, bottom to top (docs/layout.md): errors/fsutil and the leaves (_version,
-corpus, checks) -> config/text -> contract/cost/late -> models/parity -> the model file
+corpus, checks) -> config/text -> contract/cost/late/rerank_template -> models/parity -> the model file
 (onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale/serve -> cli.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ PACKAGE = Path(ortformer.__file__).parent
 LAYERS = [
     ("errors", "fsutil", "_version", "corpus", "checks"),
     ("config", "config_groups", "config_format1", "text"),
-    ("contract", "cost", "late"),
+    ("contract", "cost", "late", "rerank_template"),
     ("models", "parity"),
     ("onnxfile", "modelfile", "chunkfile", "int8_kernels"),
     ("runtime",),

@@ -12,6 +12,7 @@ import click
 import numpy as np
 
 from .. import contract
+from ..config import SPLADE_POOLINGS
 from ..parity import GATES, format_report
 from ..errors import InputError
 from ..runtime import ProviderFallbackWarning, Runtime
@@ -427,10 +428,21 @@ def info(ctx, model, as_json, sequence_length):
         per = "per token" if head.get("per_token") else "per sequence"
         click.echo(f"labels      {cfg_labels} ({per}, the logits output): " + ", ".join(
             f"{i}={name}" for i, name in enumerate(report["labels"][:20])) + (" ..." if cfg_labels > 20 else ""))
+    elif config.get("pooling") in SPLADE_POOLINGS:  # a masked-LM head: its logits are the vocabulary, not labels
+        click.echo(f"logits      per token over the {config['vocab_size']:,}-entry vocabulary (the masked-LM head "
+                   "SPLADE pools)")
     prompts = report.get("prompts") or {}
-    for i, (prompt, text) in enumerate(sorted((prompts.get("prompts") or {}).items())):
+    named = sorted((prompts.get("prompts") or {}).items())
+    if named:  # every prompt on its own line, under a count, so a second one is not read as the first's text
+        click.echo(f"prompts     {len(named)} (prompt_name=, --prompt-name)")
+    for prompt, text in named:
         default = " (default)" if prompt == prompts.get("default") else ""
-        click.echo(f"{'prompts' if i == 0 else '':<11} {prompt}{default}: {text!r}")
+        click.echo(f"{'':<11}   {prompt}{default}: {text!r}")
+    rerank = report.get("rerank_template")
+    if rerank:  # an LLM reranker: what Runtime.rerank and /rerank build around each pair
+        score = "sigmoid(d) = P(yes)" if rerank["score"] == "sigmoid" else "d"
+        click.echo(f"rerank      logits d = z[{rerank['yes']!r}] - z[{rerank['no']!r}] at the last token; score {score}; "
+                   f"default instruction {rerank['instruction']!r}; template {''.join(rerank['segments'])!r}")
     late = report.get("late_interaction")
     if late:  # lists (skiplist, special ids) by count: punctuation runs to 32 ids
         click.echo("late        " + " ".join(f"{k}=[{len(v)} ids]" if isinstance(v, list) else f"{k}={v}"

@@ -149,7 +149,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
            keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
            tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False,
            family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
-           chunked: bool = True, labels=(), late=None,
+           chunked: bool = True, labels=(), late=None, rerank=None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
@@ -168,6 +168,8 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         recorded for ``Runtime.labels`` and ``info``.
     late: a late.LateInteraction (markers, query expansion, skiplist) for a model with a per-token
         head (token_embeddings, sparse), recorded for ``Runtime.embed_texts(kind=...)``.
+    rerank: an LLM reranker's rerank_template.RerankTemplate (a one-label head on the last token),
+        recorded for ``Runtime.rerank`` and serve's /rerank.
     chunked: for float32 linear-family models, also write the chunk stages that let the
         runtime run sequences of any length chunk by chunk (and stream causal models);
         gated on cases longer than one chunk.
@@ -246,6 +248,11 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
             raise ExportError(f"late-interaction settings name token ids {beyond[:5]} outside the vocabulary "
                               f"(vocab_size={cfg.vocab_size})")
         meta[contract.META_LATE] = late.to_json()
+    if rerank is not None:
+        problem = contract.rerank_problem(cfg)
+        if problem:
+            raise ExportError(f"a reranker's template needs {problem}")
+        meta[contract.META_RERANK] = rerank.to_json()
     if prompts or default_prompt is not None:
         try:
             meta[contract.META_PROMPTS] = contract.prompts_json(dict(prompts or {}), default_prompt)

@@ -109,7 +109,12 @@ def save_checkpoint(model: Encoder, directory, *, force: bool = False, tokenizer
     if existing and not force:
         raise CheckpointError(f"{folder} already holds a checkpoint ({', '.join(existing)}); pass force=True to replace it")
     cfg = model.config
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    tensors, seen = {}, set()
+    for k, v in model.state_dict().items():
+        t = v.detach().to("cpu").contiguous()
+        # a tied masked-LM decoder shares the token table's storage, which safetensors refuses to write twice
+        tensors[k] = t.clone() if t.data_ptr() in seen else t
+        seen.add(t.data_ptr())
     # a model cannot lack its own parameters; this refuses half precision and NaN/inf,
     # which load_checkpoint would refuse too
     check_tensors(tensors, shapes_of(model), dtypes=(torch.float32,), what="the model to save")

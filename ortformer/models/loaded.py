@@ -30,6 +30,8 @@ class Loaded:
     # late interaction (ColBERT, bge-m3): markers, query expansion and skiplist as the folder names them,
     # made token ids with the tokenizer (hf/late_folders.py's LateSpec), or None
     late_spec: object | None = None
+    # an LLM reranker's prompt template (rerank_template.RerankTemplate), or None
+    rerank: object | None = None
 
     def late(self):
         """The late-interaction settings (late.LateInteraction) as token ids of this model's tokenizer, or None."""
@@ -51,5 +53,5 @@ class Loaded:
         if text:
             options.update(tokenizer=self.tokenizer, text_max_length=self.text_max_length,
                            text_lowercase=self.text_lowercase, prompts=self.prompts,
-                           default_prompt=self.default_prompt, late=self.late())
+                           default_prompt=self.default_prompt, late=self.late(), rerank=self.rerank)
         return options

@@ -37,7 +37,7 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
     really loads is seen, not guessed). Keys: path, files {path: bytes}, format, version,
     source, config, inputs, outputs, parameters {total, per part}, flops {sequence_length,
     total, per part}, max_sequence, parity, providers {available, usable, cuda_unusable_reason},
-    family, prompts, labels, text {tokenizer, max_length, lowercase, unavailable, truncation_side},
+    family, prompts, labels, rerank_template, text {tokenizer, max_length, lowercase, unavailable, truncation_side},
     int8 and optimized.
     """
     with warnings.catch_warnings():  # an unusable tokenizer is reported under "text" instead
@@ -61,6 +61,8 @@ def describe(path: str | os.PathLike, sequence_length: int | None = None) -> dic
         "labels": runtime.labels,
         # late interaction: markers, query expansion, skiplist and special ids (late.LateInteraction), or None
         "late_interaction": json.loads(runtime.late.to_json()) if runtime.late is not None else None,
+        # an LLM yes/no reranker's prompt template (rerank_template.RerankTemplate), or None
+        "rerank_template": json.loads(runtime.rerank_template.to_json()) if runtime.rerank_template else None,
         # how texts become ids: None when the file names no tokenizer; "unavailable" says why
         # a named one cannot be used (the model still takes token ids)
         "text": {"tokenizer": runtime.metadata[contract.META_TOKENIZER], "max_length": runtime.text_max_length,

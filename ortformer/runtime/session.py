@@ -21,6 +21,7 @@ from .. import contract
 from ..checks import check_int
 from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
 from ..int8_kernels import NO_CUDA_KERNELS, open_session
+from ..text import check_texts
 from . import providers
 from .batching import length_batches, pad
 from ..chunkfile import MAX_CHUNK_SIZE
@@ -323,6 +324,41 @@ class Runtime:
         from .late import maxsim
 
         return maxsim(query, documents)
+
+    @property
+    def rerank_template(self):
+        """An LLM reranker's prompt template (rerank_template.RerankTemplate), or None."""
+        return self.model_file.rerank
+
+    def rerank_ids(self, query: str, documents: Sequence[str], instruction: str | None = None,
+                   max_length: int | None = None) -> list[list[int]]:
+        """An LLM reranker's input ids for each (query, document): the file's template with its slots
+        filled, each segment tokenized alone, the document's segment cut so each holds at most
+        max_length (default ``text_max_length``) ids."""
+        template = self.rerank_template
+        if template is None:
+            raise InputError(f"{self.path} is not an LLM reranker (no '{contract.META_RERANK}' template); "
+                             "score a cross-encoder with embed_texts(queries, pairs=documents)")
+        query, *documents = check_texts([query, *documents])
+        if instruction is not None and not isinstance(instruction, str):
+            raise InputError(f"instruction must be a string or None, got {type(instruction).__name__}")
+        length = self.text_max_length if max_length is None else max_length
+        check_int("max_length", length, low=1, high=self.config.max_sequence)
+        encoder = self._text_encoder_checked()
+        try:
+            return [template.ids(encoder.plain_ids, query, d, length, instruction) for d in documents]
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+
+    def rerank(self, query: str, documents: Sequence[str], instruction: str | None = None, batch_size: int = 32,
+               max_length: int | None = None) -> np.ndarray:
+        """An LLM reranker's score of each document for ``query`` (n,) float32, in the documents' order:
+        score(d), d = z_yes - z_no the file's logits at each prompt's last token (the template's
+        "sigmoid": P(yes) as Qwen3-Reranker's card computes it; "logit": d, mxbai-rerank-v2's).
+        instruction: None uses the template's default instruction, "" none."""
+        ids = self.rerank_ids(query, documents, instruction, max_length)
+        d = self.embed(ids, batch_size=batch_size, output=contract.LOGITS)[:, 0]
+        return np.asarray(self.rerank_template.scores(d), dtype=np.float32)
 
     @property
     def late(self):

@@ -71,6 +71,8 @@ class TextSide:
         """Texts (with their pairs, if any) and token-id lists as sequences of at most
         max_input_length tokens: longer ones are cut at `direction`'s end ("left" / "right";
         None: the tokenizer's own side) when `truncate`, else refused (422, TEI's validation)."""
+        if self.runtime.rerank_template is not None:  # an LLM reranker: each (query, document) is one prompt
+            inputs, pairs = self._rerank_prompts(inputs, pairs), None
         limit = self.max_input_length
         ids: list = [None] * len(inputs)
         types: list = [None] * len(inputs)
@@ -104,6 +106,19 @@ class TextSide:
             if not isinstance(x, str):
                 ids[i] = self._checked_ids(i, x, truncate, direction)
         return Encoded(ids, types)
+
+    def _rerank_prompts(self, inputs: list, pairs: list | None) -> list:
+        """Each text input and its pair as the LLM reranker's templated prompt ids (token-id inputs
+        pass as they are); 422 for a text without a pair."""
+        pairs = pairs or [None] * len(inputs)
+        if any(isinstance(x, str) and p is None for x, p in zip(inputs, pairs)):
+            raise validation(f"model {self.name!r} is an LLM reranker: it scores [query, document] pairs "
+                             "(/rerank, /v1/rerank, or /predict with pairs)")
+        try:
+            return [np.asarray(self.runtime.rerank_ids(x, [p], max_length=self.max_input_length)[0], dtype=np.int64)
+                    if isinstance(x, str) else x for x, p in zip(inputs, pairs)]
+        except InputError as exc:
+            raise validation(str(exc)[:200]) from None
 
     def encode_late(self, inputs: list, kind: str) -> Encoded:
         """Texts as a late-interaction model reads them (runtime/late.py's prepare): the query or

@@ -85,8 +85,9 @@ def bert_layout_shapes(cfg: EncoderConfig, hf_types: int) -> dict[str, tuple[int
 
 def split_dropped(tensors: Tensors, prefix: str | tuple[str, ...] = "bert.",
                   dropped_prefixes=DROPPED_PREFIXES) -> tuple[Tensors, list[str]]:
-    """Strip the base-model prefix (task-head checkpoints; the first of several that matches),
-    rename old gamma/beta LayerNorm names, and set aside the tensors an encoder does not use."""
+    """Strip the base-model prefix (task-head checkpoints; the first of several that matches)
+    and set aside the tensors an encoder does not use (legacy gamma / beta names are renamed for
+    every family by folder_import.legacy_names)."""
     prefixes = (prefix,) if isinstance(prefix, str) else prefix
     kept, dropped = {}, []
     for name, tensor in tensors.items():
@@ -94,8 +95,6 @@ def split_dropped(tensors: Tensors, prefix: str | tuple[str, ...] = "bert.",
         if short.startswith(dropped_prefixes) or short in DROPPED_BUFFERS:
             dropped.append(name)
             continue
-        if ".LayerNorm." in short:
-            short = short.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
         kept[short] = tensor
     return kept, sorted(dropped)
 

@@ -12,7 +12,7 @@ from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, folder_name, read_json, transformer_dir
-from .heads import classifier_head, mlm_head, mlm_inputs
+from .heads import classifier_head, mlm_head, mlm_inputs, tie_decoder
 from .late_folders import TokenHeads, bge_m3_heads, colbert_ai_heads, st_token_heads
 from .sentence_config import read_sentence_config
 from .sentence_dense import dense_tensors
@@ -23,7 +23,8 @@ MapWeights = Callable[[Tensors, EncoderConfig, str, list], tuple[Tensors, list[s
 
 
 def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderConfig], map_weights: MapWeights,
-                  pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
+                  pooling: str | None = None, normalize: bool | None = None, name: str | None = None,
+                  reranker=None) -> Loaded:
     """Import a Hugging Face folder (with or without a sentence-transformers layout).
 
     build(hf_config, common) -> EncoderConfig, where common holds pooling,
@@ -31,7 +32,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     (ortformer-named tensors, dropped names), checking what it maps.
     pooling / normalize override the sentence-transformers config; without one the
     default is pooling="none" (a base model's pooler is not imported). A classifier's head
-    (config.json's architectures, heads.py) becomes the logits output.
+    (config.json's architectures, heads.py) becomes the logits output; an LLM reranker's
+    (``reranker``, llm_reranker.RerankerHead) the one-label z_yes - z_no head.
     """
     root = Path(folder)
     if not root.is_dir():
@@ -51,6 +53,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     model_type = hf_config.get("model_type")
     if sparse:
         classifier = mlm_head(hf_config, model_type, str(model_dir))
+    elif reranker is not None:
+        classifier = reranker.classifier
     else:
         classifier = None if st.pooling is not None else classifier_head(hf_config, model_type, str(model_dir))
     common = {"pooling": pooling, "normalize_embeddings": normalize, "name": name or folder_name(root),
@@ -64,6 +68,9 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     heads = _token_heads(root, st, cfg.hidden_size)
     weights = find_weights(model_dir, HF_WEIGHT_NAMES, sharded=True)
     raw, _, duplicates = read_weights(weights)
+    raw = legacy_names(raw, str(weights))
+    if reranker is not None:
+        raw = reranker.tensors(raw, str(weights))
     if heads is None:  # colbert-ai keeps its projection among the encoder's weights
         heads = colbert_ai_heads(root, hf_config, raw, str(weights))
     if heads is not None:
@@ -84,12 +91,35 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     if heads is not None:
         mapped, files = {**mapped, **heads.tensors}, [*files, *heads.files]
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
+    if sparse:
+        tie_decoder(model)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
     return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt, labels=classifier.labels if classifier else (),
-                  late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None)
+                  late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None,
+                  rerank=reranker.template if reranker is not None else None)
+
+
+# transformers' "legacy" renaming, applied to every model's keys when it loads a checkpoint: TF-era
+# saves (and folders re-saved from them, SPLADE heads included) name LayerNorm parameters gamma / beta
+LEGACY_NAMES = (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias"))
+
+
+def legacy_names(raw: Tensors, what: str) -> Tensors:
+    """``raw`` with the legacy parameter names renamed as transformers renames them on load, so
+    every family's encoder and head mapping reads one spelling; a name saved both ways is refused."""
+    renamed = {}
+    for name, tensor in raw.items():
+        new = name
+        for old, current in LEGACY_NAMES:
+            new = new.replace(old, current)
+        if new != name and new in raw:
+            raise CheckpointError(f"{what} holds both {name} and {new}: one parameter saved under its legacy "
+                                  "and its current name; keep one")
+        renamed[new] = tensor
+    return renamed
 
 
 def _token_heads(root: Path, st, hidden: int) -> TokenHeads | None:

@@ -184,6 +184,21 @@ def mlm_inputs(head: ClassifierHead, raw: Tensors, token_table) -> tuple[Tensors
     return filled, {head.tied} & set(raw)
 
 
+def tie_decoder(model) -> bool:
+    """Make a masked-LM decoder whose weight equals the token table the same Parameter as that table
+    (as transformers ties it), so the exported graph holds one initializer for both (the Gather reads it,
+    the decoder's MatMul its transpose); False, changing nothing, when they differ."""
+    import torch
+
+    decoder, table = model.classifier.weight, model.tokens.weight
+    if decoder is table:
+        return True
+    if decoder.shape != table.shape or not torch.equal(decoder, table):
+        return False
+    model.classifier.weight = table
+    return True
+
+
 def classifier_head(hf: dict, model_type: str, what: str) -> ClassifierHead | None:
     """The classifier head config.json's ``architectures`` names, for the families above;
     None for a base model, another task, or a family whose head ortformer does not build."""

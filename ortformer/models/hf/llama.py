@@ -52,6 +52,7 @@ from .activations import ACTIVATIONS
 from .config_checks import make_config, refuse, require, rope_theta
 from .folder_import import import_folder
 from .folder_layout import HF_DTYPES, read_json, transformer_dir
+from .llm_reranker import reranker_head, template_name
 from . import family as registry  # (this module's own Family holds each decoder's settings)
 from .windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
@@ -323,8 +324,10 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
         return map_weights(raw, cfg, where, duplicates, biases(hf, family.what, family.always_biased, family.bias_keys),
                            family.base)
 
+    kind = template_name(Path(folder), hf)  # Qwen3-Reranker / mxbai-rerank-v2: the yes / no head
     return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
-                         pooling=pooling, normalize=normalize, name=name)
+                         pooling=pooling, normalize=normalize, name=name,
+                         reranker=reranker_head(transformer_dir(Path(folder)), kind, hf) if kind else None)
 
 
 FAMILY = registry.Family("Llama-layer", tuple(FAMILIES), load)
