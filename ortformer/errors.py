@@ -51,11 +51,6 @@ class ListenError(OrtformerError):
     not this machine's, or binding it is not permitted."""
 
 
-class LoadTargetError(InputError):
-    """A load test was pointed somewhere it may not go: an address that is not this machine's
-    loopback (127.0.0.0/8, ::1, localhost), or bounds that would never stop it."""
-
-
 class ProviderError(OrtformerError):
     """The requested onnxruntime execution provider cannot be used here."""
 

@@ -25,10 +25,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import LoadTargetError
+from ortformer.errors import InputError
 
 PROTOCOLS = ("openai", "tei")
 MAX_SECONDS = 3600.0
+
+
+class LoadTargetError(InputError):
+    """A load test was pointed somewhere it may not go: an address that is not this machine's
+    loopback (127.0.0.0/8, ::1, localhost), or bounds that would never stop it."""
 
 
 @dataclasses.dataclass(frozen=True)
