@@ -1,5 +1,8 @@
 """Typed errors. Every failure a user can cause is one of these, with a message
 that names what was wrong and what would be valid."""
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 class OrtformerError(Exception):
@@ -59,11 +62,18 @@ class MissingExtraError(OrtformerError, ImportError):
     """A feature needs an optional dependency group that is not installed."""
 
     def __init__(self, feature: str, extra: str, missing: str):
-        super().__init__(
-            f"{feature} needs the '{extra}' extra ({missing} is not installed): "
-            f"pip install 'ortformer[{extra}]'"
-        )
+        super().__init__(f"{feature} needs the '{extra}' extra ({missing} is not installed): {install_line(extra)}")
         self.extra = extra
+
+
+def install_line(extra: str, package_dir: Path = _PACKAGE_DIR) -> str:
+    """The pip command that adds ``extra`` where it works today: the checkout this package runs
+    from (an editable install), else a clone of the repository; the published form beside it."""
+    checkout = package_dir.parent
+    published = f"pip install 'ortformer[{extra}]' once ortformer is on PyPI"
+    if (checkout / "pyproject.toml").is_file():
+        return f"pip install -e '{checkout}[{extra}]' (this checkout; {published})"
+    return f"pip install '.[{extra}]' in a clone of the ortformer repository ({published})"
 
 
 def require_torch(feature: str, extra: str = "export"):

@@ -1,6 +1,6 @@
 """Text to token ids with a Hugging Face ``tokenizer.json`` (torch-free).
 
-Needs the optional ``tokenizers`` package (``pip install 'ortformer[text]'``); it is
+Needs the optional ``tokenizers`` package (``pip install '.[text]'`` in a clone); it is
 imported when a TextEncoder is made, so importing this module never fails.
 """
 from __future__ import annotations

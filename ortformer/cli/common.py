@@ -121,6 +121,16 @@ def _silence_stdout() -> None:
         pass
 
 
+def given_options(ctx: click.Context, names) -> list[str]:
+    """The options among ``names`` (parameter names) that the user gave, on the command line or
+    by environment variable, each by its long spelling: ["--output", "--force"]."""
+    from click.core import ParameterSource
+
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return [max(param.opts, key=len) for param in ctx.command.params
+            if param.name in names and ctx.get_parameter_source(param.name) in given]
+
+
 def human_size(n: int) -> str:
     """1536 -> '1.5 KiB': binary units up to GiB."""
     for unit in ("B", "KiB", "MiB", "GiB"):

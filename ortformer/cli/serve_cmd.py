@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import InputError
 from ..runtime.providers import PROVIDERS
 from .common import quiet_onnxruntime, threads_option
 
@@ -52,7 +53,10 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
     from ..serve.server import announce
 
     quiet_onnxruntime(ctx)
-    specs = model_specs(models, named)
+    try:
+        specs = model_specs(models, named)
+    except InputError as exc:  # a malformed or repeated name is a usage mistake (exit 2)
+        raise click.UsageError(str(exc)) from exc
     options = ServeOptions(max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                            max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
                            max_concurrent_requests=max_concurrent_requests, auto_truncate=auto_truncate,

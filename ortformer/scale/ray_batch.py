@@ -2,7 +2,7 @@
 
     stats = embed_corpus("model.onnx", "texts.jsonl", "embeddings.parquet", num_actors=2)
 
-Needs the optional ``ray`` extra (``pip install 'ortformer[ray]'``): ray[data] and pyarrow,
+Needs the optional ``ray`` extra (``pip install '.[ray]'`` in a clone): ray[data] and pyarrow,
 imported on the first call, so importing this module never fails.
 
 How the work is cut: the driver plans fixed shards of the input (``shards.py``) and

@@ -83,9 +83,10 @@ def fail(*args: str) -> str:
 def test_cli_errors_are_one_line(runtimes, tmp_path):
     runtimes["embedder"]
     path = str(runtimes.files["embedder"])
-    assert "two models are named 'embedder'" in fail(path, "--model", f"embedder={path}")
-    assert "NAME=PATH" in fail("--model", path)
-    assert "no model to serve" in fail()
+    for args, words in (([path, "--model", f"embedder={path}"], "two models are named 'embedder'"),
+                        (["--model", path], "NAME=PATH"), ([], "no model to serve")):
+        result = CliRunner().invoke(cli, ["serve", *args])  # a usage error (exit 2), as click's own
+        assert result.exit_code == 2 and words in result.stderr, result.output
     import socket
 
     taken = socket.socket()
