@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, require_torch
 from ..fsutil import write_atomic
+from ..runtime.cpus import available_cpus
 
 require_torch("ortformer bench")
 
@@ -34,7 +35,7 @@ def run_bench(scenarios: list[str], out_dir: Path, threads: int | None = None, q
     unknown = [s for s in scenarios if s not in registry]
     if unknown:
         raise ConfigError(f"unknown scenario(s) {unknown}; choose from {', '.join(registry)}")
-    threads = threads or os.cpu_count() or 1
+    threads = threads or available_cpus()
     iterations = iterations or (3 if quick else 20)
     torch.set_num_threads(threads)
     out_dir = Path(out_dir)

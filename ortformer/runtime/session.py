@@ -23,6 +23,7 @@ from ..errors import InputError, MissingExtraError, ModelFileError, ProviderErro
 from ..int8_kernels import NO_CUDA_KERNELS, open_session
 from . import providers
 from .batching import length_batches, pad
+from .cpus import available_cpus
 from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
@@ -38,12 +39,6 @@ CPU_TOKENS_PER_THREAD = 256
 
 # "input_ids[0, 5]" of a sequence checked as a batch of one is its token 5: "input_ids[5]"
 BATCH_OF_ONE = re.compile(rf"\b({contract.INPUT_IDS}|{contract.INPUTS_EMBEDS}|{contract.TOKEN_TYPE_IDS})\[0, ")
-
-
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 class ProviderFallbackWarning(RuntimeWarning):
@@ -111,7 +106,7 @@ class Runtime:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         # 0 = onnxruntime's default (one thread per physical core); for embed's token
         # budget the cores this process may run on stand in for it (logical ones with SMT)
-        self.threads: int = options.intra_op_num_threads or _usable_cores()
+        self.threads: int = options.intra_op_num_threads or available_cpus()
         if provider == "openvino":
             self._session, cuda_error = OpenVINOSession(self.path, self.threads), None
         else:

@@ -20,7 +20,6 @@ need. The model, input and output paths must be readable/writable from every nod
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 import warnings
@@ -33,6 +32,7 @@ from .. import contract
 from ..checks import check_int
 from ..config import SENTENCE_POOLINGS
 from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerError, OutputError
+from ..runtime.cpus import available_cpus
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
 
@@ -214,7 +214,7 @@ def _connect(ray, address: str | None) -> bool:
         if address:
             ray.init(address=address, **quiet)
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
+            ray.init(num_cpus=available_cpus(), include_dashboard=False,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
             from .ray_guard import guard
 
