@@ -76,11 +76,22 @@ def install_line(extra: str, package_dir: Path = _PACKAGE_DIR) -> str:
     return f"pip install '.[{extra}]' in a clone of the ortformer repository ({published})"
 
 
+def require(feature: str, extra: str, *modules: str):
+    """Import each of ``modules`` (dotted names) for ``feature``; the first module, or
+    MissingExtraError naming ``extra`` and the module that could not be imported. The one
+    guard of every optional import."""
+    import importlib
+
+    imported = []
+    for name in modules:
+        try:
+            imported.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise MissingExtraError(feature, extra, exc.name or name) from exc
+    return imported[0]
+
+
 def require_torch(feature: str, extra: str = "export"):
-    """Import torch or raise MissingExtraError naming the extra to install (``extra``: the
-    feature's own group, e.g. "bench", which pulls in export)."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised in a torch-free venv
-        raise MissingExtraError(feature, extra, "torch") from exc
-    return torch
+    """torch, or MissingExtraError naming the extra to install (``extra``: the feature's own
+    group, e.g. "bench", which pulls in export)."""
+    return require(feature, extra, "torch")

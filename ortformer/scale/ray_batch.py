@@ -31,7 +31,7 @@ import numpy as np
 from .. import contract
 from ..checks import check_int
 from ..config import SENTENCE_POOLINGS
-from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerError, OutputError
+from ..errors import InputError, ModelFileError, OrtformerError, OutputError, require
 from ..runtime.cpus import available_cpus
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
@@ -50,11 +50,7 @@ class DuplicateIdWarning(UserWarning):
 
 
 def _require_ray():
-    try:
-        import ray
-        import ray.data  # noqa: F401  (the data extra: Dataset, ActorPoolStrategy)
-    except ImportError as exc:
-        raise MissingExtraError("ortformer batch", "ray", "ray") from exc
+    ray = require("ortformer batch", "ray", "ray", "ray.data")  # ray.data: the data extra (Dataset, ActorPoolStrategy)
     pyarrow()
     return ray
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..checks import brief, check_int, json_object
 from ..fsutil import staged, write_atomic
-from ..errors import InputError, MissingExtraError
+from ..errors import InputError, require
 
 FORMAT = 1
 INPUT_KINDS = {".jsonl": "jsonl", ".parquet": "parquet"}
@@ -51,12 +51,8 @@ MIN_SHARD_ROWS = 1024  # default floor: each shard is sorted by length on its ow
 
 def pyarrow():
     """(pyarrow, pyarrow.parquet), or MissingExtraError naming the extra."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as exc:
-        raise MissingExtraError("ortformer batch", "ray", "pyarrow") from exc
-    return pa, pq
+    pa = require("ortformer batch", "ray", "pyarrow", "pyarrow.parquet")
+    return pa, pa.parquet
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,9 @@ Layout: options (flags; the CPU count is runtime/cpus.py's), model (requests -> 
 and worker per model, Runtime.embed off the event loop), app and routes (HTTP), outputs
 (normalise, sparse, scores, quantize), metrics (Prometheus, TEI's names), errors (TEI's codes).
 """
-from ..errors import MissingExtraError
+from ..errors import require
 
-try:
-    import prometheus_client  # noqa: F401
-    import starlette  # noqa: F401
-    import uvicorn  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingExtraError("ortformer serve", "serve", exc.name or "starlette") from exc
+require("ortformer serve", "serve", "starlette", "uvicorn", "prometheus_client")
 
 from .routes import create_app
 from .model import ServedModel
