@@ -1,8 +1,8 @@
 """Runtime: one validated onnxruntime session for an ortformer model.
 
 Thread safety: onnxruntime's InferenceSession.run may be called from many threads
-at once. Everything a Runtime stores is set in __init__ and never changed; the
-per-call objects (validated feeds, IO bindings) are locals, so one Runtime can be
+at once. Everything a Runtime stores is set in __init__ and never changed, but the chunk
+runner, built once on first use under a lock (chunk_runner); the per-call objects (validated feeds, IO bindings) are locals, so one Runtime can be
 shared by any number of threads.
 """
 from __future__ import annotations
