@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import click
 
-from ortformer.cli.common import CliError, check_output, threads_option
+from ortformer.cli.bench_cmd import run_options
+from ortformer.cli.common import CliError, check_output
 from ortformer.errors import OrtformerError
 
 from .peers.scenarios import SCENARIOS
 
 
 @click.command("benchmarks")
-@click.option("--scenario", "scenarios", multiple=True, type=click.Choice(list(SCENARIOS)),
-              help="Scenario to run (repeatable; default all).")
-@click.option("--quick", is_flag=True, help="Few sentences and iterations: checks the pipeline.")
-@threads_option("Threads for every engine (default: all cores).")
-@click.option("--iterations", type=click.IntRange(min=1), help="Timed runs per contender (default 20, quick 3).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results/peers", show_default=True,
-              help="Folder for bench.json.")
-@click.option("--force", is_flag=True, help="Replace bench.json from an earlier run.")
+@run_options(click.Choice(list(SCENARIOS)), "Few sentences and iterations: checks the pipeline.",
+             "Threads for every engine (default: all cores).", "bench-results/peers", "bench.json")
 @click.option("--setup-peers", is_flag=True,
               help="Install the peers and exit: sentence-transformers' ONNX backend (pinned, with the "
                    "transformers<4.58 it needs), OpenVINO with NNCF, and CTranslate2 into the peers overlay beside "

@@ -29,15 +29,31 @@ def _setup_peers(ctx, param, value):
     return value
 
 
+def run_options(scenario_type: click.ParamType, quick: str, threads: str, out: str, files: str):
+    """The options `ortformer bench` and the peer harness (`python -m benchmarks`) share:
+    --scenario (of ``scenario_type``), --quick, --threads, --iterations, --out (default ``out``), --force."""
+    options = [
+        click.option("--scenario", "scenarios", multiple=True, type=scenario_type,
+                     help="Scenario to run (repeatable; default all)."),
+        click.option("--quick", is_flag=True, help=quick),
+        threads_option(threads),
+        click.option("--iterations", type=click.IntRange(min=1), help="Timed runs per contender (default 20, quick 3)."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False), default=out, show_default=True,
+                     help=f"Folder for {files}."),
+        click.option("--force", is_flag=True, help=f"Replace {files} from an earlier run."),
+    ]
+
+    def apply(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return apply
+
+
 @click.command("bench")
-@click.option("--scenario", "scenarios", multiple=True, type=_Scenario(SCENARIO_NAMES),
-              help="Scenario to run (repeatable; default all).")
-@click.option("--quick", is_flag=True, help="Tiny models and few iterations: checks the pipeline in about a minute.")
-@threads_option("Threads for both torch and onnxruntime (default: all cores).")
-@click.option("--iterations", type=click.IntRange(min=1), help="Timed runs per contender (default 20, quick 3).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
-              help="Folder for bench.json and bench_long.png.")
-@click.option("--force", is_flag=True, help="Replace bench.json and bench_long.png from an earlier run.")
+@run_options(_Scenario(SCENARIO_NAMES), "Tiny models and few iterations: checks the pipeline in about a minute.",
+             "Threads for both torch and onnxruntime (default: all cores).", "bench-results",
+             "bench.json and bench_long.png")
 @click.option("--setup-peers", is_flag=True, hidden=True, expose_value=False, callback=_setup_peers)
 def bench(scenarios, quick, threads, iterations, out_dir, force):
     """Eager PyTorch vs onnxruntime side by side: medians, ratios, targets; JSON + PNG.
