@@ -18,7 +18,7 @@ from ..models import build_encoder
 from ..parity import Case, make_inputs
 from ..runtime import Runtime
 from ..runtime.profile import profile_ops
-from .measure import run_isolated, side_by_side, target
+from .measure import run_isolated, target
 from .peers import bert_peers, matmul_seconds
 from .point import SESSIONS
 
@@ -65,13 +65,15 @@ def latency(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     runtimes = {name: Runtime(_exported(workdir, model, f"{cfg.name}_{name}", **options), "cpu", threads=threads)
                 for name, options in variants.items()}
     feeds = _token_feeds(cfg, 1, n)
-    stats = side_by_side({"eager": _eager(model, feeds), **{k: _ort(r, feeds) for k, r in runtimes.items()}}, iterations)
+    # one interleaved run with the peers: every figure of the report was measured beside the others
+    peers = bert_peers(workdir, cfg, 1, n, threads, iterations,
+                       also={"eager": _eager(model, feeds), **{k: _ort(r, feeds) for k, r in runtimes.items()}})
+    stats = peers["same_run"]
     eager = stats["eager"]["median_s"]
     rows = [{"contender": k, "median_ms": v["median_s"] * 1e3, "speedup_vs_eager": eager / v["median_s"]}
             for k, v in stats.items()]
     speed = {r["contender"]: r["speedup_vs_eager"] for r in rows}
     profiles = {name: _where_time_goes(runtimes[name].path, 1, n, threads) for name in ("ort_float32", "ort_int8")}
-    peers = bert_peers(workdir, cfg, 1, n, threads, iterations)
     # Runtime's session settings against onnxruntime's own defaults, each alone in a fresh
     # process: a spinning session in this process would slow every other contender
     sessions = {name: run_isolated("ortformer.bench.point", [str(runtimes["ort_float32"].path), str(n), str(threads),
@@ -107,13 +109,14 @@ def throughput(workdir: Path, threads: int, quick: bool, iterations: int) -> dic
     model = build_encoder(cfg, seed=0)
     runtime = Runtime(_exported(workdir, model, f"{cfg.name}_ort_float32"), "cpu", threads=threads)
     feeds = _token_feeds(cfg, batch, n)
-    stats = side_by_side({"eager": _eager(model, feeds), "ort_float32": _ort(runtime, feeds)}, iterations)
+    peers = bert_peers(workdir, cfg, batch, n, threads, iterations,
+                       also={"eager": _eager(model, feeds), "ort_float32": _ort(runtime, feeds)})
+    stats = peers["same_run"]
     flops = total_flops(cfg, n) * batch
     ceiling = matmul_ceiling(threads, batch * n, cfg.hidden_size, cfg.ffn_size, iterations)
     rows = [{"contender": k, "median_ms": v["median_s"] * 1e3, "gflops": flops / v["median_s"] / 1e9,
              "fraction_of_matmul_ceiling": flops / v["median_s"] / 1e9 / ceiling} for k, v in stats.items()]
     ort_fraction = rows[1]["fraction_of_matmul_ceiling"]
-    peers = bert_peers(workdir, cfg, batch, n, threads, iterations)
     return {"model": cfg.name, "batch": batch, "sequence": n, "matmul_ceiling_gflops": ceiling, "rows": rows,
             # the ceiling target is the peers' one, at every GEMM shape of the model (not the FFN's alone)
             "single_shape_fraction_of_ceiling": ort_fraction, "peers": peers, "targets": _peer_targets(peers, cfg.name)}
