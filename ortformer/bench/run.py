@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, require_torch
 from ..fsutil import write_atomic
-from ..runtime.cpus import available_cpus
+from ..cpus import available_cpus
 
 require_torch("ortformer bench")
 

@@ -228,7 +228,7 @@ def written(path: Path, option: str) -> Iterator[Path]:
 
 def thread_limit() -> int:
     """Most --threads any verb takes: providers.THREADS_PER_CORE per usable core."""
-    from ..runtime.cpus import available_cpus
+    from ..cpus import available_cpus
     from ..runtime.providers import THREADS_PER_CORE
 
     return THREADS_PER_CORE * available_cpus()

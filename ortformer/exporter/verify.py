@@ -23,7 +23,7 @@ from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
 from ..parity import GATES, failed_cases, run_parity
 from ..runtime.openvino_session import OpenVINOSession, int8_refused
-from ..runtime.cpus import available_cpus
+from ..cpus import available_cpus
 from ..runtime.providers import VERIFY_PROVIDERS
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")

@@ -15,7 +15,7 @@ import onnxruntime as ort
 
 from ..checks import check_int
 from ..errors import ProviderError
-from .cpus import available_cpus
+from ..cpus import available_cpus
 from .openvino_session import OPENVINO_EP
 
 # onnxruntime's providers (what profile, serve and "auto" choose among)

@@ -23,7 +23,7 @@ from ..errors import InputError, MissingExtraError, ModelFileError, ProviderErro
 from ..int8_kernels import NO_CUDA_KERNELS, open_session
 from . import providers
 from .batching import length_batches, pad
-from .cpus import available_cpus
+from ..cpus import available_cpus
 from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload

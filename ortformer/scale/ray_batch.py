@@ -32,7 +32,7 @@ from .. import contract
 from ..checks import check_int
 from ..config import SENTENCE_POOLINGS
 from ..errors import InputError, ModelFileError, OrtformerError, OutputError, require
-from ..runtime.cpus import available_cpus
+from ..cpus import available_cpus
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
 

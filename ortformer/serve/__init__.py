@@ -6,7 +6,7 @@ OpenAI's embeddings API, over the torch-free runtime (needs the ``serve`` extra)
 - ``ServeOptions``: batching, limits and auth, with TEI's defaults;
 - ``run(app, host, port)``: serve with uvicorn until SIGTERM, then drain.
 
-Layout: options (flags; the CPU count is runtime/cpus.py's), model (requests -> token ids), batcher (one queue
+Layout: options (flags; the CPU count is ortformer/cpus.py's), model (requests -> token ids), batcher (one queue
 and worker per model, Runtime.embed off the event loop), app and routes (HTTP), outputs
 (normalise, sparse, scores, quantize), metrics (Prometheus, TEI's names), errors (TEI's codes).
 """

@@ -1,6 +1,7 @@
 """available_cpus: the affinity mask capped by the cgroup CPU quota, the one count Runtime,
 serve and Ray batch size themselves by."""
-from ortformer.runtime import Runtime, cpus, session
+from ortformer import cpus
+from ortformer.runtime import Runtime, session
 from ortformer.serve.options import ServeOptions
 
 
@@ -39,7 +40,7 @@ def test_no_other_module_counts_cpus_itself():
     import ast
     from pathlib import Path
 
-    root = Path(cpus.__file__).resolve().parents[1]
+    root = Path(cpus.__file__).resolve().parent  # the package
     counting = []
     for path in root.rglob("*.py"):
         if path.name == "cpus.py":

@@ -1,5 +1,6 @@
 """How many CPUs this process may really use: its affinity mask, capped by its cgroup's CPU quota.
-The one count Runtime (its default threads and token budget), serve and Ray batch size by.
+The one count Runtime (its default threads and token budget), serve and Ray batch size by; a
+leaf module (os and pathlib only), so the Triton writer and the CLI use it without onnxruntime.
 
 os.cpu_count() is the host's count. In a container limited to 2 CPUs on a 64-core host it
 says 64, and 64 onnxruntime threads time-share 2 CPUs' worth of quota: every thread is
