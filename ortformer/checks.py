@@ -28,13 +28,21 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def json_value(text: str | bytes, what: str, error: Callable[[str], Exception] = ValueError):
+    """``text`` parsed as JSON; else ``error`` "{what} is not valid JSON: ..." (input nested
+    deeper than the parser goes is invalid JSON that says so, not a crash)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise error(f"{what} is not valid JSON: nested too deeply to parse") from None
+    except (TypeError, ValueError) as exc:
+        raise error(f"{what} is not valid JSON: {exc}") from None
+
+
 def json_object(text: str | bytes, what: str, error: Callable[[str], Exception] = ValueError) -> dict:
     """``text`` parsed as a JSON object; else ``error`` "{what} is not valid JSON: ..." or
-    "{what} must be a JSON object, got <type>" (deeply nested input is invalid JSON, not a crash)."""
-    try:
-        data = json.loads(text)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise error(f"{what} is not valid JSON: {exc}") from None
+    "{what} must be a JSON object, got <type>"."""
+    data = json_value(text, what, error)
     if not isinstance(data, dict):
         raise error(f"{what} must be a JSON object, got {type(data).__name__}")
     return data

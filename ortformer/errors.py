@@ -1,5 +1,8 @@
 """Typed errors. Every failure a user can cause is one of these, with a message
 that names what was wrong and what would be valid."""
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 class OrtformerError(Exception):
@@ -51,11 +54,6 @@ class ListenError(OrtformerError):
     not this machine's, or binding it is not permitted."""
 
 
-class LoadTargetError(InputError):
-    """A load test was pointed somewhere it may not go: an address that is not this machine's
-    loopback (127.0.0.0/8, ::1, localhost), or bounds that would never stop it."""
-
-
 class ProviderError(OrtformerError):
     """The requested onnxruntime execution provider cannot be used here."""
 
@@ -64,18 +62,36 @@ class MissingExtraError(OrtformerError, ImportError):
     """A feature needs an optional dependency group that is not installed."""
 
     def __init__(self, feature: str, extra: str, missing: str):
-        super().__init__(
-            f"{feature} needs the '{extra}' extra ({missing} is not installed): "
-            f"pip install 'ortformer[{extra}]'"
-        )
+        super().__init__(f"{feature} needs the '{extra}' extra ({missing} is not installed): {install_line(extra)}")
         self.extra = extra
 
 
+def install_line(extra: str, package_dir: Path = _PACKAGE_DIR) -> str:
+    """The pip command that adds ``extra`` where it works today: the checkout this package runs
+    from (an editable install), else a clone of the repository; the published form beside it."""
+    checkout = package_dir.parent
+    published = f"pip install 'ortformer[{extra}]' once ortformer is on PyPI"
+    if (checkout / "pyproject.toml").is_file():
+        return f"pip install -e '{checkout}[{extra}]' (this checkout; {published})"
+    return f"pip install '.[{extra}]' in a clone of the ortformer repository ({published})"
+
+
+def require(feature: str, extra: str, *modules: str):
+    """Import each of ``modules`` (dotted names) for ``feature``; the first module, or
+    MissingExtraError naming ``extra`` and the module that could not be imported. The one
+    guard of every optional import."""
+    import importlib
+
+    imported = []
+    for name in modules:
+        try:
+            imported.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise MissingExtraError(feature, extra, exc.name or name) from exc
+    return imported[0]
+
+
 def require_torch(feature: str, extra: str = "export"):
-    """Import torch or raise MissingExtraError naming the extra to install (``extra``: the
-    feature's own group, e.g. "bench", which pulls in export)."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised in a torch-free venv
-        raise MissingExtraError(feature, extra, "torch") from exc
-    return torch
+    """torch, or MissingExtraError naming the extra to install (``extra``: the feature's own
+    group, e.g. "bench", which pulls in export)."""
+    return require(feature, extra, "torch")

@@ -25,7 +25,6 @@ weight file with more than one hard link is refused (see resolve_inside).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import contract
+from .checks import json_object
 from .late import LateInteraction
 from .rerank_template import RerankTemplate
 from .onnxfile import all_tensors, check_location_name, resolve_inside  # noqa: F401  (resolve_inside: this module's API)
@@ -198,12 +198,7 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
         config = EncoderConfig.from_json(metadata[contract.META_CONFIG])
     except (ConfigError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
         raise ModelFileError(f"{path}: bad '{contract.META_CONFIG}' metadata: {exc}") from None
-    try:
-        parity = json.loads(metadata[contract.META_PARITY])
-    except (ValueError, RecursionError) as exc:
-        raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata is not valid JSON: {exc}") from None
-    if not isinstance(parity, dict):
-        raise ModelFileError(f"{path}: '{contract.META_PARITY}' metadata must be a JSON object, got {type(parity).__name__}")
+    parity = json_object(metadata[contract.META_PARITY], f"{path}: '{contract.META_PARITY}' metadata", ModelFileError)
     _check_text_max_length(path, metadata.get(contract.META_TEXT_MAX_LENGTH), config)
     if metadata.get(contract.META_TEXT_LOWERCASE, "false") not in ("true", "false"):
         raise ModelFileError(f"{path}: '{contract.META_TEXT_LOWERCASE}' metadata is "
@@ -273,11 +268,8 @@ def _check_int8(path: Path, text: str) -> None:
     """The optional int8 record: {"scheme": str, "float_matmuls": [{"node": str, "module": str (optional),
     "reason": str}, ...], ...}."""
     what = f"{path}: '{contract.META_INT8}' metadata"
-    try:
-        record = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ModelFileError(f"{what} is not valid JSON: {exc}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("scheme"), str):
+    record = json_object(text, what, ModelFileError)
+    if not isinstance(record.get("scheme"), str):
         raise ModelFileError(f"{what} must be a JSON object with a 'scheme' string and a 'float_matmuls' list")
     kept = record.get("float_matmuls")
     if not isinstance(kept, list) or not all(

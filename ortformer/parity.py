@@ -44,7 +44,6 @@ GATES = {
 }
 EXAMPLE_BATCH = 3  # the grid's batches are 1, 2 and 5, so no grid shape equals the example's
 LONGEST_GRID_SEQUENCE = 512  # cap for huge position tables; keeps the gate to seconds
-PADDINGS = ("none", "right", "left", "random+empty")
 
 Named = dict[str, np.ndarray]
 

@@ -1,6 +1,6 @@
 """Text to token ids with a Hugging Face ``tokenizer.json`` (torch-free).
 
-Needs the optional ``tokenizers`` package (``pip install 'ortformer[text]'``); it is
+Needs the optional ``tokenizers`` package (``pip install '.[text]'`` in a clone); it is
 imported when a TextEncoder is made, so importing this module never fails.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .checks import check_int
-from .errors import InputError, MissingExtraError, ModelFileError
+from .errors import InputError, ModelFileError, require
 
 
 class TruncationWarning(UserWarning):
@@ -20,11 +20,7 @@ class TruncationWarning(UserWarning):
 
 
 def _tokenizers():
-    try:
-        import tokenizers
-    except ImportError as exc:
-        raise MissingExtraError("text input", "text", "tokenizers") from exc
-    return tokenizers
+    return require("text input", "text", "tokenizers")
 
 
 def check_texts(texts) -> list[str]:

@@ -35,6 +35,17 @@ def test_latency_compares_every_contender_against_eager(quick):
         assert row["speedup_vs_eager"] == pytest.approx(rows["eager"]["median_ms"] / row["median_ms"], rel=1e-9)
 
 
+@pytest.mark.parametrize("scenario", ["latency", "throughput"])
+def test_ortformer_and_its_peers_are_timed_in_one_run(quick, scenario):
+    # two runs once gave one model two figures (int8: 7.59 ms in the rows, 0.245 ms beside the peers)
+    data = quick[2]["scenarios"][scenario]
+    same_run = data["peers"]["same_run"]
+    assert {r["contender"] for r in data["rows"]} == set(same_run)
+    for row in data["rows"]:
+        assert row["median_ms"] == pytest.approx(same_run[row["contender"]]["median_s"] * 1e3, rel=1e-12)
+        assert same_run[row["contender"]]["runs"] == quick[2]["iterations"]
+
+
 def test_latency_profiles_ops_and_compares_session_settings(quick):
     latency = quick[2]["scenarios"]["latency"]
     for name in ("ort_float32", "ort_int8"):

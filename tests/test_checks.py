@@ -47,3 +47,30 @@ def test_json_object_names_what_and_raises_the_callers_error():
             json_object(text, "body", ConfigError)
     with pytest.raises(ValueError, match="x must be a JSON object, got int"):
         json_object("3", "x")
+
+
+def test_one_guard_names_the_extra_and_the_missing_module(monkeypatch):
+    import json as present
+
+    from ortformer.errors import MissingExtraError, require
+
+    assert require("a feature", "text", "json") is present
+    monkeypatch.setitem(__import__("sys").modules, "absent_module", None)
+    with pytest.raises(MissingExtraError, match=r"a feature needs the 'serve' extra \(absent_module is not installed\)"):
+        require("a feature", "serve", "json", "absent_module")
+
+
+def test_no_module_guards_an_optional_import_by_hand():
+    import ast
+    from pathlib import Path
+
+    import ortformer
+
+    root = Path(ortformer.__file__).parent
+    raising = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ExceptHandler) and getattr(node.type, "id", None) == "ImportError":
+                if any(isinstance(n, ast.Raise) and "MissingExtraError" in ast.unparse(n) for n in ast.walk(node)):
+                    raising.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert [r.split(":")[0] for r in raising] == ["errors.py"], raising

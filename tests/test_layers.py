@@ -2,7 +2,7 @@
 inside a function) goes to the module's own layer or one below, and the modules'
 imports form no circle.
 
-Layers, bottom to top (docs/layout.md): errors/fsutil and the leaves (_version,
+Layers, bottom to top (docs/layout.md): errors/fsutil and the leaves (_version, cpus,
 corpus, checks) -> config/text -> contract/cost/late/rerank_template -> models/parity -> the model file
 (onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale/serve -> cli.
 """
@@ -15,7 +15,7 @@ import ortformer
 
 PACKAGE = Path(ortformer.__file__).parent
 LAYERS = [
-    ("errors", "fsutil", "_version", "corpus", "checks"),
+    ("errors", "fsutil", "_version", "corpus", "checks", "cpus"),
     ("config", "config_groups", "config_format1", "text"),
     ("contract", "cost", "late", "rerank_template"),
     ("models", "parity"),

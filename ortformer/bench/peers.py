@@ -129,12 +129,16 @@ def _hf_onnx_optimized(workdir: Path, hf_model, cfg, feeds: dict) -> Path:
     return optimized
 
 
-def bert_peers(workdir: Path, cfg, batch: int, n: int, threads: int, iterations: int) -> dict:
+def bert_peers(workdir: Path, cfg, batch: int, n: int, threads: int, iterations: int,
+               also: dict | None = None) -> dict:
     """ortformer (float32, int8, imported from a transformers folder) against transformers
     eager and transformers -> torch.onnx -> onnxruntime optimizer, on the same weights.
 
     Rows: median_ms, gflops = model FLOPs / median, share_of_ceiling = gflops / ceiling,
     vs_best_peer = best peer's median / this contender's median (> 1: faster than every peer).
+    also: the caller's own contenders (name -> callable), timed in the same interleaved run,
+    their side_by_side stats under "same_run": a scenario that timed ortformer in a run of its
+    own reported two figures for one model (7.59 ms and 0.245 ms on a busy machine).
     """
     import transformers
 
@@ -169,10 +173,12 @@ def bert_peers(workdir: Path, cfg, batch: int, n: int, threads: int, iterations:
         unavailable["transformers_onnx_optimized"] = f"{type(error).__name__}: {error}"[:300]
     peer_names = list(runners)
     runners.update({k: (lambda r=r: r.run(**feeds)) for k, r in ours.items()})
+    runners.update(also or {})
     stats = side_by_side(runners, iterations)
+    same_run = {name: stats.pop(name) for name in also or {}}
     ceiling = matmul_ceiling(loaded.model.config, batch, n, threads, iterations)
     return {"batch": batch, "sequence": n, "weights": "random-init transformers BertModel, save_pretrained, seed 0",
-            "unavailable": unavailable, "matmul_ceiling": ceiling,
+            "unavailable": unavailable, "matmul_ceiling": ceiling, "same_run": same_run,
             **peer_rows(stats, peer_names, total_flops(loaded.model.config, n) * batch, ceiling["gflops"])}
 
 

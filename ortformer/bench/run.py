@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, require_torch
 from ..fsutil import write_atomic
+from ..cpus import available_cpus
 
 require_torch("ortformer bench")
 
@@ -25,12 +26,16 @@ SCHEMA = 1
 
 
 def run_bench(scenarios: list[str], out_dir: Path, threads: int | None = None, quick: bool = False,
-              iterations: int | None = None, progress=None) -> dict:
-    """Run the named scenarios; write bench.json (and bench_long.png) into out_dir."""
-    unknown = [s for s in scenarios if s not in SCENARIOS]
+              iterations: int | None = None, progress=None, registry: dict | None = None) -> dict:
+    """Run the named scenarios; write bench.json (and bench_long.png) into out_dir.
+
+    registry: name -> scenario function (default SCENARIOS); the peer harness in the
+    repository's benchmarks/ passes its own (real, serve, cpu-engines)."""
+    registry = SCENARIOS if registry is None else registry
+    unknown = [s for s in scenarios if s not in registry]
     if unknown:
-        raise ConfigError(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
-    threads = threads or os.cpu_count() or 1
+        raise ConfigError(f"unknown scenario(s) {unknown}; choose from {', '.join(registry)}")
+    threads = threads or available_cpus()
     iterations = iterations or (3 if quick else 20)
     torch.set_num_threads(threads)
     out_dir = Path(out_dir)
@@ -46,7 +51,7 @@ def run_bench(scenarios: list[str], out_dir: Path, threads: int | None = None, q
             if progress:
                 progress(name)
             start = time.perf_counter()
-            outcome = SCENARIOS[name](Path(workdir), threads, quick, iterations)
+            outcome = registry[name](Path(workdir), threads, quick, iterations)
             outcome["seconds"] = round(time.perf_counter() - start, 1)
             result["scenarios"][name] = outcome
     if "long" in result["scenarios"]:

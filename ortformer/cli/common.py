@@ -121,6 +121,16 @@ def _silence_stdout() -> None:
         pass
 
 
+def given_options(ctx: click.Context, names) -> list[str]:
+    """The options among ``names`` (parameter names) that the user gave, on the command line or
+    by environment variable, each by its long spelling: ["--output", "--force"]."""
+    from click.core import ParameterSource
+
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return [max(param.opts, key=len) for param in ctx.command.params
+            if param.name in names and ctx.get_parameter_source(param.name) in given]
+
+
 def human_size(n: int) -> str:
     """1536 -> '1.5 KiB': binary units up to GiB."""
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -218,9 +228,10 @@ def written(path: Path, option: str) -> Iterator[Path]:
 
 def thread_limit() -> int:
     """Most --threads any verb takes: providers.THREADS_PER_CORE per usable core."""
-    from ..runtime.providers import THREADS_PER_CORE, usable_cores
+    from ..cpus import available_cpus
+    from ..runtime.providers import THREADS_PER_CORE
 
-    return THREADS_PER_CORE * usable_cores()
+    return THREADS_PER_CORE * available_cpus()
 
 
 def threads_option(help_text: str):

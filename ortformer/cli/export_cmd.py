@@ -5,6 +5,7 @@ torch is imported inside the commands, so `ortformer infer` works without it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -15,7 +16,7 @@ from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, DENSE_ACTIVA
 from ..errors import ConfigError
 from ..parity import GATES, format_report
 from ..runtime.providers import VERIFY_PROVIDERS
-from .common import CliError, check_output, echo_json, human_size
+from .common import CliError, check_output, echo_json, given_options, human_size
 
 # CLI flag -> EncoderConfig field, for the explicit-architecture flags; a group's fields by their flat
 # (format 1) names, which EncoderConfig.with_fields folds into the group
@@ -84,6 +85,43 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
         changes["type_vocab_size"] = 0  # float features carry no token types: --vocab 0 alone means that
     # strict: a flag of a group left off (--global-every without --local-window) is a mistake worth naming
     return cfg.with_fields({"format": 1, **changes}, strict=True) if changes else cfg
+
+
+# what --print-config would ignore: the options that shape or place a written model
+PRINT_CONFIG_IGNORES = ("output", "force", "no_parity", "keep_failed", "opset", "dtype", "quantize", "no_fused_ops",
+                        "tokenizer", "lowercase_texts", "seed", "triton_repo", "triton_name", "max_batch_size",
+                        "as_json")
+
+
+def checked_config(preset_name: str | None, config_file: str | None, flags: dict) -> EncoderConfig:
+    """config_from_options, with a value or combination the flags got wrong as a usage error
+    (exit 2) in the flags' own words: "--hidden 100 is not divisible by --heads 3"."""
+    try:
+        return config_from_options(preset_name, config_file, flags)
+    except ConfigError as exc:
+        if config_file is not None:
+            raise  # the fields may come from the file: its own words, an error (exit 1)
+        message = str(exc)
+        for flag, field in sorted(FLAG_FIELDS.items(), key=lambda item: -len(item[1])):
+            option = "--" + flag.replace("_", "-")
+            message = re.sub(rf"\b{field}=", f"{option} ", message)
+            if "_" in field:  # an identifier, never an English word ("attention")
+                message = re.sub(rf"(?<![-\w]){field}\b", option, message)
+        raise click.UsageError(message) from exc
+
+
+def _check_opset(value: int | None) -> int | None:
+    """--opset must be one the exporter traces at (checked before any output is named)."""
+    if value is not None:
+        from ..errors import require_torch
+
+        require_torch("ortformer export")
+        from ..exporter.export import SUPPORTED_OPSETS
+
+        if value not in SUPPORTED_OPSETS:
+            raise click.BadParameter(f"opset {value} is not supported; choose "
+                                     f"{SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}", param_hint="'--opset'")
+    return value
 
 
 def model_files(path) -> dict:
@@ -229,7 +267,7 @@ class FromOption(click.Option):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Destination .onnx file (required to export).")
 @click.option("--print-config", is_flag=True,
               help="Print the config JSON the flags describe (every field, the --config format) and exit.")
-@click.option("--opset", type=int, default=None,
+@click.option("--opset", type=int, default=None, callback=lambda ctx, param, value: _check_opset(value),
               help="ONNX opset of the trace (default 18); --quantize int8 traces at 21 or higher (per-row QuantizeLinear).")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help=f"float16 weights and activations (for CUDA), gated on cosine >= {GATES['float16']['min_cosine']}.")
@@ -239,12 +277,15 @@ class FromOption(click.Option):
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
 @click.option("--triton-repo", type=click.Path(file_okay=False),
-              help="Also write a Triton Inference Server repository entry DIR/NAME/{config.pbtxt,1/model.onnx}.")
-@click.option("--triton-name", help="Model name in the Triton repository (default: the output file's stem).")
+              help="Deprecated: run `ortformer triton-repo MODEL --repo DIR` after the export. Also write a Triton "
+                   "Inference Server repository entry DIR/NAME/{config.pbtxt,1/model.onnx}.")
+@click.option("--triton-name", help="Deprecated (triton-repo's --name): model name in the Triton repository "
+                                    "(default: the output file's stem).")
 @click.option("--max-batch-size", type=click.IntRange(min=1),
-              help="Triton max_batch_size (with --triton-repo; default 64).")
+              help="Deprecated (triton-repo's --max-batch-size): Triton max_batch_size (with --triton-repo; default 64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and parity report as JSON.")
-def export_command(preset_name, config_file, from_path, revision, cache_dir, tokenizer, truncate_dim, lowercase_texts,
+@click.pass_context
+def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir, tokenizer, truncate_dim, lowercase_texts,
                    no_fused_ops, seed, output, print_config,
                    opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
@@ -260,7 +301,6 @@ def export_command(preset_name, config_file, from_path, revision, cache_dir, tok
       ortformer export --from ./all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --from sentence-transformers/all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
-      ortformer export --preset tiny -o tiny.onnx --triton-repo models --triton-name tiny
     """
     from ..errors import require_torch
 
@@ -275,7 +315,10 @@ def export_command(preset_name, config_file, from_path, revision, cache_dir, tok
     if print_config:
         if from_path:
             raise click.UsageError("--print-config describes the flags' config; --from takes it from the checkpoint")
-        printed = config_from_options(preset_name, config_file, flags)
+        ignored = given_options(ctx, PRINT_CONFIG_IGNORES)
+        if ignored:
+            raise click.UsageError(f"--print-config prints the config and writes no model; drop {', '.join(ignored)}")
+        printed = checked_config(preset_name, config_file, flags)
         echo_json((printed.replace(truncate_dim=truncate_dim) if truncate_dim is not None else printed).to_dict())
         return
     if not output:
@@ -291,6 +334,14 @@ def export_command(preset_name, config_file, from_path, revision, cache_dir, tok
     if quantize and dtype != "float32":
         raise click.UsageError(f"--quantize {quantize} quantizes a float32 export; drop --dtype {dtype} "
                                f"(or --quantize for a {dtype} model)")
+    if no_parity and keep_failed:
+        raise click.UsageError("--keep-failed keeps a model that fails the parity gate, and --no-parity skips the "
+                               "gate: drop one of the two")
+    if triton_repo:
+        click.echo(f"warning: export --triton-repo is deprecated and will be removed: run `ortformer triton-repo "
+                   f"{output} --repo {triton_repo}` (--name, --max-batch-size) after the export", err=True)
+    # every option is checked before an existing output is named: a mistake is reported first
+    cfg = None if from_path else checked_config(preset_name, config_file, flags)
     max_batch_size = 64 if max_batch_size is None else max_batch_size
     inputs = [config_file, tokenizer, from_path]
     check_output(output, force=force, option="-o/--output", inputs=inputs)
@@ -303,7 +354,6 @@ def export_command(preset_name, config_file, from_path, revision, cache_dir, tok
         entry = Path(triton_repo) / check_name(triton_name or Path(output).stem)
         if (entry.exists() or entry.is_symlink()) and not force:
             raise CliError(f"{entry} already exists; pass --force to replace it")
-    cfg = None if from_path else config_from_options(preset_name, config_file, flags)
     require_torch("ortformer export")
     from ..exporter import DEFAULT_OPSET, export, export_steps
 

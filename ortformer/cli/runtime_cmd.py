@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import contract
 from ..config import SPLADE_POOLINGS
+from ..checks import json_value
 from ..parity import GATES, format_report
 from ..errors import InputError
 from ..runtime import ProviderFallbackWarning, Runtime
@@ -30,12 +31,7 @@ def _parse_json(text: str, what: str):
     """Ids, masks or features as JSON: numbers only (true/false would pass as 1 and 0)."""
     if re.search(r"\b(true|false)\b", text):
         raise CliError(f"{what} holds true/false; token ids, masks and features are numbers")
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise CliError(f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise CliError(f"{what} is nested too deeply to be a batch of sequences") from None
+    return json_value(text, what, CliError)
 
 
 def _read_input(ids: str | None, input_file: str | None):

@@ -95,7 +95,10 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
         source = "--api-key" if ctx.get_parameter_source("api_key").name == "COMMANDLINE" else API_KEY_ENV
         check_key(api_key, source)
     transport = Limits(**limits)
-    specs = model_specs(models, named)
+    try:
+        specs = model_specs(models, named)
+    except InputError as exc:  # a malformed or repeated name is a usage mistake (exit 2)
+        raise click.UsageError(str(exc)) from exc
     options = ServeOptions(max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                            max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
                            max_concurrent_requests=max_concurrent_requests, auto_truncate=auto_truncate,

@@ -23,7 +23,8 @@ from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
 from ..parity import GATES, failed_cases, run_parity
 from ..runtime.openvino_session import OpenVINOSession, int8_refused
-from ..runtime.providers import VERIFY_PROVIDERS, usable_cores
+from ..cpus import available_cpus
+from ..runtime.providers import VERIFY_PROVIDERS
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")
 
@@ -152,7 +153,7 @@ def verify(path, against=None, seed: int | None = None, progress=None, revision:
     if provider == "openvino":
         if int8:
             raise int8_refused(model_file.path)
-        session = OpenVINOSession(model_file.path, usable_cores())
+        session = OpenVINOSession(model_file.path, available_cpus())
     else:
         session = open_session(model_file.path, options, ["CPUExecutionProvider"], int8=int8)
     report = run_parity(session, eager_runner(reference), model_file.config, dtype)

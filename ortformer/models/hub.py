@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..errors import CheckpointError, HubError, MissingExtraError
+from ..errors import CheckpointError, HubError, install_line, require
 from .hf.folder_layout import (LEGACY_TOKENIZER_FILES, TOKENIZER_NAME, module_dir, module_kind, st_modules,
                                 transformer_dir)
 from .hf.late_folders import BGE_M3_FILES, COLBERT_AI_METADATA
@@ -55,11 +55,10 @@ class HubSnapshot:
 
 def _hub():
     """huggingface_hub's constants, errors, snapshot_download and cache folder naming."""
-    try:
-        from huggingface_hub import constants, errors, snapshot_download
-        from huggingface_hub.file_download import repo_folder_name
-    except ImportError as exc:
-        raise MissingExtraError("loading a model by its Hugging Face hub id", "export", "huggingface_hub") from exc
+    require("loading a model by its Hugging Face hub id", "export", "huggingface_hub", "huggingface_hub.file_download")
+    from huggingface_hub import constants, errors, snapshot_download
+    from huggingface_hub.file_download import repo_folder_name
+
     return SimpleNamespace(constants=constants, errors=errors, snapshot_download=snapshot_download,
                            repo_folder_name=repo_folder_name)
 
@@ -77,7 +76,7 @@ def resolve_folder(path, *, revision: str | None = None, cache_dir=None) -> tupl
         from huggingface_hub.utils import HFValidationError, validate_repo_id
     except ImportError:
         raise CheckpointError(f"{text} does not exist; pass a checkpoint folder, a weight file or a Hugging Face "
-                              "folder (a hub id needs huggingface_hub: pip install 'ortformer[export]')") from None
+                              f"folder (a hub id needs huggingface_hub: {install_line('export')})") from None
     try:
         validate_repo_id(text)
     except HFValidationError:

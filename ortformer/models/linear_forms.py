@@ -23,7 +23,6 @@ import torch.nn.functional as F
 # tokens per block of the causal form: the intra-block part costs (C, C) per head, the
 # inter-block part one (Dk, D + 1) state per block; 64 keeps both small
 CAUSAL_BLOCK = 64
-FACTORED = ("linear", "cosine")
 
 
 def features(kind: str, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor):

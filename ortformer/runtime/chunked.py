@@ -25,8 +25,6 @@ from .. import contract
 from ..errors import InputError, ProviderError
 from .providers import CPU_EP, CUDA_EP, spin_within_runs
 
-F32_MIN = float(np.finfo(np.float32).min)
-
 
 @dataclass(frozen=True)
 class Payload:

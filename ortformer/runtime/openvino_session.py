@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import MissingExtraError, ModelFileError, ProviderError
+from ..errors import ModelFileError, ProviderError, require
 
 OPENVINO_EP = "OpenVINOExecutionProvider"
 
@@ -38,11 +38,7 @@ def int8_refused(path) -> ProviderError:
 
 
 def _import_openvino():
-    try:
-        import openvino
-    except ImportError as exc:
-        raise MissingExtraError("provider='openvino'", "openvino", exc.name or "openvino") from exc
-    return openvino
+    return require("provider='openvino'", "openvino", "openvino")
 
 
 class OpenVINOSession:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from pathlib import Path
 
 import onnxruntime as ort
 
 from ..checks import check_int
 from ..errors import ProviderError
+from ..cpus import available_cpus
 from .openvino_session import OPENVINO_EP
 
 # onnxruntime's providers (what profile, serve and "auto" choose among)
@@ -38,18 +38,12 @@ _cuda_failed: set[int] = set()
 THREADS_PER_CORE = 4
 
 
-def usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def check_request(provider: str, device_id: int, threads: int | None) -> None:
     if provider not in RUNTIME_PROVIDERS:
         raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(RUNTIME_PROVIDERS)}")
     check_int("device_id", device_id, low=0, error=ProviderError, why=" (a CUDA device index)")
     if threads is not None:
-        limit = THREADS_PER_CORE * usable_cores()
+        limit = THREADS_PER_CORE * available_cpus()
         check_int("threads", threads, high=limit,
                   why=f" ({THREADS_PER_CORE} per usable core), or None for onnxruntime's default")
 

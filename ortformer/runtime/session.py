@@ -1,8 +1,8 @@
 """Runtime: one validated onnxruntime session for an ortformer model.
 
 Thread safety: onnxruntime's InferenceSession.run may be called from many threads
-at once. Everything a Runtime stores is set in __init__ and never changed; the
-per-call objects (validated feeds, IO bindings) are locals, so one Runtime can be
+at once. Everything a Runtime stores is set in __init__ and never changed, but the chunk
+runner, built once on first use under a lock (chunk_runner); the per-call objects (validated feeds, IO bindings) are locals, so one Runtime can be
 shared by any number of threads.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..int8_kernels import NO_CUDA_KERNELS, open_session
 from ..text import check_texts
 from . import providers
 from .batching import length_batches, pad
+from ..cpus import available_cpus
 from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
@@ -39,12 +40,6 @@ CPU_TOKENS_PER_THREAD = 256
 
 # "input_ids[0, 5]" of a sequence checked as a batch of one is its token 5: "input_ids[5]"
 BATCH_OF_ONE = re.compile(rf"\b({contract.INPUT_IDS}|{contract.INPUTS_EMBEDS}|{contract.TOKEN_TYPE_IDS})\[0, ")
-
-
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 class ProviderFallbackWarning(RuntimeWarning):
@@ -112,7 +107,7 @@ class Runtime:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         # 0 = onnxruntime's default (one thread per physical core); for embed's token
         # budget the cores this process may run on stand in for it (logical ones with SMT)
-        self.threads: int = options.intra_op_num_threads or _usable_cores()
+        self.threads: int = options.intra_op_num_threads or available_cpus()
         if provider == "openvino":
             self._session, cuda_error = OpenVINOSession(self.path, self.threads), None
         else:

@@ -2,7 +2,7 @@
 
     stats = embed_corpus("model.onnx", "texts.jsonl", "embeddings.parquet", num_actors=2)
 
-Needs the optional ``ray`` extra (``pip install 'ortformer[ray]'``): ray[data] and pyarrow,
+Needs the optional ``ray`` extra (``pip install '.[ray]'`` in a clone): ray[data] and pyarrow,
 imported on the first call, so importing this module never fails.
 
 How the work is cut: the driver plans fixed shards of the input (``shards.py``) and
@@ -20,7 +20,6 @@ need. The model, input and output paths must be readable/writable from every nod
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 import warnings
@@ -32,7 +31,8 @@ import numpy as np
 from .. import contract
 from ..checks import check_int
 from ..config import SENTENCE_POOLINGS
-from ..errors import InputError, MissingExtraError, ModelFileError, OrtformerError, OutputError
+from ..errors import InputError, ModelFileError, OrtformerError, OutputError, require
+from ..cpus import available_cpus
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
 
@@ -50,11 +50,7 @@ class DuplicateIdWarning(UserWarning):
 
 
 def _require_ray():
-    try:
-        import ray
-        import ray.data  # noqa: F401  (the data extra: Dataset, ActorPoolStrategy)
-    except ImportError as exc:
-        raise MissingExtraError("ortformer batch", "ray", "ray") from exc
+    ray = require("ortformer batch", "ray", "ray", "ray.data")  # ray.data: the data extra (Dataset, ActorPoolStrategy)
     pyarrow()
     return ray
 
@@ -214,7 +210,7 @@ def _connect(ray, address: str | None) -> bool:
         if address:
             ray.init(address=address, **quiet)
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
+            ray.init(num_cpus=available_cpus(), include_dashboard=False,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
             from .ray_guard import guard
 

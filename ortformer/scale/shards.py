@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import brief, check_int
+from ..checks import brief, check_int, json_object
 from ..fsutil import staged, write_atomic
-from ..errors import InputError, MissingExtraError
+from ..errors import InputError, require
 
 FORMAT = 1
 INPUT_KINDS = {".jsonl": "jsonl", ".parquet": "parquet"}
@@ -51,12 +51,8 @@ MIN_SHARD_ROWS = 1024  # default floor: each shard is sorted by length on its ow
 
 def pyarrow():
     """(pyarrow, pyarrow.parquet), or MissingExtraError naming the extra."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as exc:
-        raise MissingExtraError("ortformer batch", "ray", "pyarrow") from exc
-    return pa, pq
+    pa = require("ortformer batch", "ray", "pyarrow", "pyarrow.parquet")
+    return pa, pa.parquet
 
 
 @dataclass(frozen=True)
@@ -209,13 +205,7 @@ def _scan_parquet(path: Path, text_field: str, id_field: str) -> tuple[list[int]
 
 
 def _parse_line(path: Path, number: int, line: bytes) -> dict:
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise InputError(f"{path}:{number + 1}: not valid JSON: {exc}") from None
-    if not isinstance(record, dict):
-        raise InputError(f"{path}:{number + 1}: each line must be a JSON object, got {type(record).__name__}")
-    return record
+    return json_object(line, f"{path}:{number + 1}: the line", InputError)
 
 
 # ----------------------------------------------------------------------- reading
@@ -351,7 +341,6 @@ def write_json(path: Path, data: dict) -> None:
 
 def read_json(path: Path) -> dict | None:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json_object(path.read_text(), str(path))
+    except (OSError, ValueError):  # unreadable, not JSON or not an object: no record
         return None
-    return data if isinstance(data, dict) else None

@@ -7,7 +7,7 @@ OpenAI's embeddings API, over the torch-free runtime (needs the ``serve`` extra)
 - ``run(app, host, port, limits=...)``: serve with uvicorn until SIGTERM, then drain
   (within ``limits.Limits.graceful_shutdown_timeout``).
 
-Layout: options (flags, CPU count in cpus), model (a served model's operations, shared by every
+Layout: options (flags, the CPU count is ortformer/cpus.py's), model (a served model's operations, shared by every
 transport: embed, rerank, similarity, ...), encoding (inputs -> token ids, tokens, decoding),
 batcher (one queue and worker per model, Runtime.embed off the event loop, admission), requests
 (strict parsing of the bodies), app and routes (HTTP: parse, call, format), outputs (normalise,
@@ -15,15 +15,9 @@ pool, sparse, scores, quantize, JSON in pieces), server and limits (uvicorn with
 everything a connection holds; a bounded shutdown), auth (the API key), metrics (Prometheus,
 TEI's names), errors (TEI's codes).
 """
-from ..errors import MissingExtraError
+from ..errors import require
 
-try:
-    import httptools  # noqa: F401  (the HTTP parser the connection limits are built on)
-    import prometheus_client  # noqa: F401
-    import starlette  # noqa: F401
-    import uvicorn  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingExtraError("ortformer serve", "serve", exc.name or "starlette") from exc
+require("ortformer serve", "serve", "starlette", "uvicorn", "httptools", "prometheus_client")
 
 from .routes import create_app
 from .model import ServedModel

@@ -11,8 +11,8 @@ from ..checks import check_int
 from ..errors import InputError, ModelFileError, ProviderError
 from ..runtime import Runtime
 from ..runtime.session import CPU_TOKENS_PER_THREAD
+from ..cpus import available_cpus
 from .auth import check_key
-from .cpus import available_cpus
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 # without a per-thread cache budget to follow (CUDA), TEI's default padded-token budget
@@ -37,7 +37,7 @@ class ServeOptions:
     auto_truncate: bool = False
     # required as "Authorization: Bearer KEY" on every route but /health and /metrics
     api_key: str | None = None
-    # onnxruntime intra-op threads per model; None: the CPUs this process may use (cpus.py)
+    # onnxruntime intra-op threads per model; None: the CPUs this process may use (ortformer/cpus.py)
     threads: int | None = None
     provider: str = "cpu"
 

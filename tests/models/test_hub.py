@@ -156,7 +156,7 @@ def test_without_huggingface_hub_an_id_names_the_extra(monkeypatch):
     for name in [m for m in sys.modules if m == "huggingface_hub" or m.startswith("huggingface_hub.")]:
         monkeypatch.setitem(sys.modules, name, None)  # makes `import huggingface_hub...` raise ImportError
     with pytest.raises(CheckpointError, match=r"org/x does not exist; .*a hub id needs huggingface_hub: "
-                                              r"pip install 'ortformer\[export\]'"):
+                                              r"pip install -e '.*\[export\]' \(this checkout; pip install 'ortformer\[export\]' once"):
         load_any("org/x")
 
 

@@ -47,8 +47,8 @@ def test_jsonl_string_ids_and_type_mixing(tmp_path):
 
 @pytest.mark.parametrize("line, match", [('{"text": 5}', r":2: field 'text' is int 5"),
                                          ('{"id": 1}', r":2: field 'text' is missing"),
-                                         ('[1, 2]', r":2: each line must be a JSON object"),
-                                         ('{"text": "x"', r":2: not valid JSON")])
+                                         ('[1, 2]', r":2: the line must be a JSON object, got list"),
+                                         ('{"text": "x"', r":2: the line is not valid JSON")])
 def test_bad_jsonl_rows_name_file_and_line(tmp_path, line, match):
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": "ok"}, line])
     plan = sh.plan_corpus(path, MODEL, "text", "id", None)

@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from ortformer.cli import cli
-from ortformer.serve import cpus
 from support.serve import start_process as start
 from support.torch_free import run_python
 
@@ -68,9 +67,10 @@ def fail(*args: str) -> str:
 def test_cli_errors_are_one_line(runtimes, tmp_path):
     runtimes["embedder"]
     path = str(runtimes.files["embedder"])
-    assert "two models are named 'embedder'" in fail(path, "--model", f"embedder={path}")
-    assert "NAME=PATH" in fail("--model", path)
-    assert "no model to serve" in fail()
+    for args, words in (([path, "--model", f"embedder={path}"], "two models are named 'embedder'"),
+                        (["--model", path], "NAME=PATH"), ([], "no model to serve")):
+        result = CliRunner().invoke(cli, ["serve", *args])  # a usage error (exit 2), as click's own
+        assert result.exit_code == 2 and words in result.stderr, result.output
     import socket
 
     taken = socket.socket()
@@ -88,29 +88,6 @@ def test_without_the_extra_the_verb_names_it(monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "starlette", None)  # import starlette now fails
     assert "the 'serve' extra" in fail("--model", "x=y.onnx")
-
-
-def test_threads_follow_the_cgroup_quota_not_the_host(tmp_path, monkeypatch):
-    monkeypatch.setattr(cpus, "usable_cores", lambda: 8)  # the affinity mask: 8 cores
-    proc = tmp_path / "cgroup"
-    # cgroup v2: a half-CPU quota on the parent of the process's cgroup
-    (tmp_path / "v2" / "pod" / "app").mkdir(parents=True)
-    (tmp_path / "v2" / "pod" / "cpu.max").write_text("50000 100000\n")
-    (tmp_path / "v2" / "pod" / "app" / "cpu.max").write_text("max 100000\n")
-    proc.write_text("0::/pod/app\n")
-    assert cpus.cgroup_cpu_quota(tmp_path / "v2", proc) == 0.5
-    assert cpus.available_cpus(tmp_path / "v2", proc) == 1
-    # cgroup v1: 2.5 CPUs of quota rounds up to 3
-    (tmp_path / "v1" / "cpu,cpuacct" / "docker").mkdir(parents=True)
-    (tmp_path / "v1" / "cpu,cpuacct" / "docker" / "cpu.cfs_quota_us").write_text("250000\n")
-    (tmp_path / "v1" / "cpu,cpuacct" / "docker" / "cpu.cfs_period_us").write_text("100000\n")
-    proc.write_text("5:cpu,cpuacct:/docker\n4:memory:/docker\n")
-    assert cpus.available_cpus(tmp_path / "v1", proc) == 3
-    # no quota (v1's -1, or no cgroup files): the affinity mask
-    (tmp_path / "v1" / "cpu,cpuacct" / "docker" / "cpu.cfs_quota_us").write_text("-1\n")
-    assert cpus.cgroup_cpu_quota(tmp_path / "v1", proc) is None
-    assert cpus.available_cpus(tmp_path / "v1", proc) == 8
-    assert cpus.available_cpus(tmp_path / "none", tmp_path / "missing") == 8
 
 
 def test_the_server_runs_without_torch(runtimes):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ...config import EncoderConfig
 from ..loaded import Loaded
-from .bert_layout import bert_fields, bert_layout_shapes, check_bert_layout, map_bert_layout
+from .bert_layout import bert_fields, check_bert_layout, map_bert_layout
 from .family import Family, VocabTokenizer
 from .config_checks import make_config
 from .folder_import import import_folder
@@ -31,11 +31,6 @@ def bert_config(hf: dict, common: dict | None = None) -> EncoderConfig:
         raise unsupported_model_type(model_type)
     check_bert_layout(hf, "BERT ")
     return make_config("BERT", **bert_fields(hf), **{"name": "bert", **(common or {})})
-
-
-def hf_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
-    """Hugging Face BertModel tensor name -> shape for ``cfg`` (without dropped heads)."""
-    return bert_layout_shapes(cfg, cfg.type_vocab_size)
 
 
 def load_bert(folder, *, pooling: str | None = None, normalize: bool | None = None,

@@ -1,8 +1,10 @@
 """One ``Family`` record per Hugging Face family module, and the registry that collects them.
 
-Each module in FAMILY_MODULES declares ``FAMILY = Family(...)``; every table keyed by model_type
-(loading's dispatch, its error messages, the export --from help) is derived from these records,
-so adding a family is one module with one record and its name in FAMILY_MODULES. The modules are
+Each module in FAMILY_MODULES declares ``FAMILY = Family(...)``; the registry's tables keyed by
+model_type (loading's dispatch, its error messages, the export --from help) are derived from these
+records, so adding a family is one module with one record and its name in FAMILY_MODULES. Inside
+a family, code may still branch on its own model_types (gemma's versions, rotary_bert's variants,
+heads.py's activation key). The modules are
 imported on first use, so this file imports no family (and no torch) itself.
 """
 from __future__ import annotations

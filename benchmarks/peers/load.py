@@ -31,11 +31,16 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import LoadTargetError
+from ortformer.errors import InputError
 
 PROTOCOLS = ("openai", "tei")
 MAX_SECONDS = 3600.0
 PROBE_INTERVAL_S = 0.05  # between a probe's answer and the next probe: it adds no real load
+
+
+class LoadTargetError(InputError):
+    """A load test was pointed somewhere it may not go: an address that is not this machine's
+    loopback (127.0.0.0/8, ::1, localhost), or bounds that would never stop it."""
 
 
 @dataclasses.dataclass(frozen=True)

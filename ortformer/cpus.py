@@ -1,4 +1,6 @@
 """How many CPUs this process may really use: its affinity mask, capped by its cgroup's CPU quota.
+The one count Runtime (its default threads and token budget), serve and Ray batch size by; a
+leaf module (os and pathlib only), so the Triton writer and the CLI use it without onnxruntime.
 
 os.cpu_count() is the host's count. In a container limited to 2 CPUs on a 64-core host it
 says 64, and 64 onnxruntime threads time-share 2 CPUs' worth of quota: every thread is
@@ -13,7 +15,12 @@ import math
 import os
 from pathlib import Path
 
-from ..runtime.providers import usable_cores
+
+
+def _affinity_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _read(path: Path) -> str | None:
@@ -80,6 +87,6 @@ def cgroup_cpu_quota(root: str | os.PathLike = "/sys/fs/cgroup",
 def available_cpus(root: str | os.PathLike = "/sys/fs/cgroup",
                    proc_cgroup: str | os.PathLike = "/proc/self/cgroup") -> int:
     """min(the cores in this process's affinity mask, its cgroup CPU quota rounded up), at least 1."""
-    cores = usable_cores()
+    cores = _affinity_cores()
     quota = cgroup_cpu_quota(root, proc_cgroup)
     return max(1, min(cores, math.ceil(quota)) if quota is not None else cores)

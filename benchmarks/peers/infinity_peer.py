@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import OrtformerError
+from ortformer.errors import OrtformerError
 from .overlay import SETUP_COMMAND, STAMP, build_staged
 
 PINS = Path(__file__).with_name("infinity_peer.txt")
@@ -53,7 +53,7 @@ def infinity_problem(folder: Path | None = None) -> str | None:
     folder = folder or venv_dir()
     stamp = folder / STAMP
     if not stamp.exists() or not venv_python(folder).exists():
-        return (f"no Infinity venv at {folder}: run `{SETUP_COMMAND}` (./dev bench --setup-peers) to install "
+        return (f"no Infinity venv at {folder}: run `{SETUP_COMMAND}` (./dev bench-peers --setup-peers) to install "
                 f"{pinned()[0]} there")
     if stamp.read_text().strip() != pins_digest():
         return f"the Infinity venv at {folder} was built from other pins: rerun `{SETUP_COMMAND}`"

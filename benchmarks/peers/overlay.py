@@ -21,13 +21,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import OrtformerError
+from ortformer.errors import OrtformerError
 
 PINS_FILES = tuple(Path(__file__).with_name(name) for name in ("st_onnx_peer.txt", "cpu_engines_peer.txt"))
 PINS = PINS_FILES[0]
 ENV_VAR = "ORTFORMER_PEERS_OVERLAY"
 STAMP = ".pins-sha256"
-SETUP_COMMAND = "ortformer bench --setup-peers"
+SETUP_COMMAND = "python -m benchmarks --setup-peers"
 
 
 def overlay_dir() -> Path:
@@ -43,7 +43,7 @@ def overlay_problem(folder: Path | None = None) -> str | None:
     folder = folder or overlay_dir()
     stamp = folder / STAMP
     if not stamp.exists():
-        return (f"no peers overlay at {folder}: run `{SETUP_COMMAND}` (./dev bench --setup-peers) to install "
+        return (f"no peers overlay at {folder}: run `{SETUP_COMMAND}` (./dev bench-peers --setup-peers) to install "
                 f"{', '.join(pinned())} there")
     if stamp.read_text().strip() != pins_digest():
         return f"the peers overlay at {folder} was built from other pins: rerun `{SETUP_COMMAND}`"

