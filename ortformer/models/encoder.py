@@ -9,6 +9,7 @@ from ..config import EncoderConfig
 from .attention import MultiHeadAttention
 from .layers import (AlibiBias, DisentangledPositions, FeedForward, Positions, RelativePositionBias, Rotary,
                      make_activation, make_norm, window_bias)
+from .mixers import MixtureOfExperts, ShortConvolution
 
 
 class Block(nn.Module):
@@ -17,12 +18,16 @@ class Block(nn.Module):
     post-norm (BERT):  x = norm1(x + attn(x));  x = norm2(x + ffn(x))
     pre-norm:          x = x + attn(norm1(x));  x = x + ffn(norm2(x))
     sandwich (Gemma):  x = x + post_attention_norm(attn(norm1(x)));  x = x + post_ffn_norm(ffn(norm2(x)))
+
+    Layer ``index`` may put a short convolution in place of attn (short_conv.layers, LFM2) and a
+    mixture of experts in place of ffn (experts, NomicBERT-MoE): mixers.py.
     """
 
-    def __init__(self, cfg: EncoderConfig, first: bool = False):
+    def __init__(self, cfg: EncoderConfig, first: bool = False, index: int = 0):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
-        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
+        self.convolves = bool(cfg.short_conv) and index in cfg.short_conv.layers
+        self.attention = ShortConvolution(cfg) if self.convolves else MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
                                             bias=cfg.bias, causal=cfg.causal, head_size=cfg.attention_head_size,
                                             position_projections=bool(cfg.disentangled) and cfg.disentangled.projections == "separate",
                                             qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None,
@@ -31,7 +36,7 @@ class Block(nn.Module):
         # model normalises it twice (first_block_norm: RoBERTa-PreLayerNorm)
         skip = first and cfg.embedding_norm and not cfg.first_block_norm
         self.norm1 = nn.Identity() if skip else make_norm(cfg)
-        self.ffn = FeedForward(cfg)
+        self.ffn = MixtureOfExperts(cfg) if cfg.experts and cfg.experts.has(index) else FeedForward(cfg)
         self.norm2 = make_norm(cfg)
         self.post_attention_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
         self.post_ffn_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
@@ -39,10 +44,15 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
                 disentangled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        def mix(h: torch.Tensor) -> torch.Tensor:
+            if self.convolves:
+                return self.attention(h, key_mask)
+            return self.attention(h, key_mask, scores_bias, rotary, disentangled)
+
         if self.pre_norm:
-            x = x + self.post_attention_norm(self.attention(self.norm1(x), key_mask, scores_bias, rotary, disentangled))
+            x = x + self.post_attention_norm(mix(self.norm1(x)))
             return x + self.post_ffn_norm(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary, disentangled))
+        x = self.norm1(x + mix(x))
         return self.norm2(x + self.ffn(x))
 
 
@@ -83,7 +93,7 @@ class Encoder(nn.Module):
         # pre-norm models that also normalise their embeddings (ModernBERT)
         self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
         self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
-        self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, first=i == 0, index=i) for i in range(cfg.num_layers))
         # one (buckets, H) table for all layers (MPNet), or ALiBi's slopes; the bias is computed once per call
         self.relative = (RelativePositionBias(cfg) if cfg.relative_attention
                          else AlibiBias(cfg) if cfg.positions == "alibi" else None)
