@@ -8,9 +8,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from safetensors.torch import save_file
 from support.hf import (GATE, assert_matches_transformers, cases, hf_reference,
                         inputs_for, load_and_export, save_hf, transformers, with_config)
+from support.late import pylate_layout
 
 from ortformer import contract
 from ortformer.config import ShortConv, TokenDense
@@ -85,17 +85,9 @@ def test_lfm2_colbert_pylate_layout_gives_normalised_token_vectors(saved, tmp_pa
     shutil.copytree(saved, folder)
     torch.manual_seed(3)
     dense = torch.randn(16, 32) / 4
-    (folder / "1_Dense").mkdir()
-    save_file({"linear.weight": dense}, str(folder / "1_Dense" / "model.safetensors"))
-    (folder / "1_Dense" / "config.json").write_text(json.dumps({
-        "in_features": 32, "out_features": 16, "bias": False,
-        "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
-    (folder / "config_sentence_transformers.json").write_text(json.dumps({
-        "query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 12, "document_length": 20,
-        "do_query_expansion": True, "attend_to_expansion_tokens": False, "skiplist_words": [], "model_type": "ColBERT"}))
+    pylate_layout(folder, dense, {"query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 12,
+                                  "document_length": 20, "do_query_expansion": True,
+                                  "attend_to_expansion_tokens": False, "skiplist_words": [], "model_type": "ColBERT"})
     loaded, path = load_and_export(folder, tmp_path / "colbert.onnx")
     assert loaded.config.token_dense == TokenDense(size=16)
     hf = hf_reference(transformers.Lfm2Model, folder)

@@ -124,6 +124,26 @@ def assert_matches_transformers(loaded, hf_model, onnx_path: Path | None, pad_id
     return checked
 
 
+def assert_matches_reference(loaded, reference, onnx_path: Path, pad_id: int) -> int:
+    """ortformer eager and the ONNX file against ``reference(ids, mask) -> (B, N, F)`` (a family's
+    definition written out where transformers has no model) over the grid, each kept token within
+    the float32 gate's max_abs; returns the number of cases checked."""
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    checked = 0
+    for i, case in enumerate(cases(loaded.config)):
+        feeds = inputs_for(loaded.config, case, pad_id, seed=i)
+        want = np.asarray(reference(feeds["input_ids"], feeds["attention_mask"]))
+        with torch.no_grad():
+            eager = loaded.model(*(torch.from_numpy(a) for a in feeds.values()))["last_hidden_state"].numpy()
+        keep = feeds["attention_mask"].astype(bool)
+        for what, ours in (("eager", eager), ("onnx", session.run([contract.LAST_HIDDEN_STATE], feeds)[0])):
+            err = np.abs(ours - want)[keep].max()
+            assert err <= GATE["max_abs"], (what, case, err)
+        checked += 1
+    assert {c.padding for c in cases(loaded.config)} == {"none", "right", "left"}
+    return checked
+
+
 def assert_only_the_import_matches(loaded, hf_model, **changes) -> None:
     """A mutation check: on one row of ids, the import matches transformers (within 1e-4) and the mutant,
     the same weights in a model whose config has ``changes`` (without the feature under test; the
