@@ -166,6 +166,36 @@ class ShortConv:
 
 
 @dataclass(frozen=True)
+class Adapters:
+    """Task adapters kept side by side (jina-embeddings-v3's LoRA), chosen per row by the task_id
+    input: for task t every block's Linears compute W x + b + s B_t (A_t x) (A_t (r, in), B_t
+    (out, r)), and the token embedding adds s A_t[id] B_t (A_t (V, r), B_t (r, E)) and a per-task
+    vector (a folded token-type adapter), none of it merged into the weights."""
+
+    # the task names, in task_id order (0, 1, ...)
+    tasks: tuple = ()
+    # r, the adapters' rank
+    rank: int = 4
+    # s = lora_alpha / rank
+    scale: float = 0.25
+    # the task a request that names none runs with (the model card's)
+    default: str = ""
+
+    def __post_init__(self) -> None:
+        check_types(self, "adapters.")
+        tasks = tuple(self.tasks) if isinstance(self.tasks, (list, tuple)) else None
+        if not tasks or not all(isinstance(t, str) and t for t in tasks) or len(set(tasks)) != len(tasks):
+            raise ConfigError(f"adapters.tasks={self.tasks!r} must list at least one task name, each a non-empty "
+                              "string, each once")
+        object.__setattr__(self, "tasks", tasks)
+        if self.rank < 1 or not (math.isfinite(self.scale) and self.scale > 0):
+            raise ConfigError(f"adapters.rank={self.rank}, adapters.scale={self.scale}: the rank must be >= 1 and "
+                              "the scale a finite number > 0")
+        if self.default not in tasks:
+            raise ConfigError(f"adapters.default={self.default!r} must be one of the tasks {list(tasks)}")
+
+
+@dataclass(frozen=True)
 class RelativeAttention:
     """T5-style bidirectional relative position buckets: one (buckets, H) table, computed once per
     call and added to every layer's scores (MPNet, T5). softmax only."""
@@ -286,7 +316,7 @@ class TokenDense:
 GROUPS: dict[str, type] = {
     "classifier": Classifier, "convolution": Convolution, "relative_attention": RelativeAttention,
     "disentangled": Disentangled, "local_attention": LocalAttention, "sentence_dense": SentenceDense,
-    "token_dense": TokenDense, "experts": Experts, "short_conv": ShortConv,
+    "token_dense": TokenDense, "experts": Experts, "short_conv": ShortConv, "adapters": Adapters,
 }
 
 

@@ -89,6 +89,11 @@ def _mixer_params(cfg: EncoderConfig) -> dict[str, int]:
         layers = sum(cfg.experts.has(l) for l in range(cfg.num_layers))
         ffn = 2 * F * cfg.ffn_size + (cfg.ffn_size + F if cfg.bias else 0)
         out["experts"] = layers * (cfg.experts.count * (F + 2 * F * cfg.ffn_size) + F - ffn)
+    if cfg.adapters:  # T tasks of rank r: A and B beside qkv, out, up, down; the token table's A, B and shift
+        t, r, up = len(cfg.adapters.tasks), cfg.adapters.rank, cfg.ffn_size * (2 if cfg.ffn_gated else 1)
+        E = cfg.embedding_size or F
+        linears = (F + cfg.attention_size + 2 * cfg.kv_size) + (cfg.attention_size + F) + (F + up) + (cfg.ffn_size + F)
+        out["adapters"] = t * r * (cfg.num_layers * linears + cfg.vocab_size + E) + t * E
     return out
 
 

@@ -257,7 +257,7 @@ def test_a_format_1_file_of_the_earlier_release_maps_each_flat_field_to_its_grou
                     checked.add(group)
     assert checked == set(config_format1.SWITCHES), "the files hold every group format 1 had"
     # the groups added since are written in format 2 only
-    assert set(GROUPS) - checked == {"experts", "short_conv"}
+    assert set(GROUPS) - checked == {"experts", "short_conv", "adapters"}
 
 
 def test_the_groups_newer_than_format_1_read_back_from_json():

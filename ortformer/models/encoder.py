@@ -9,6 +9,7 @@ from ..config import EncoderConfig
 from .attention import MultiHeadAttention
 from .layers import (AlibiBias, DisentangledPositions, FeedForward, Positions, RelativePositionBias, Rotary,
                      make_activation, make_norm, window_bias)
+from .adapters import TokenAdapters, adapt_blocks
 from .mixers import MixtureOfExperts, ShortConvolution
 
 
@@ -94,6 +95,9 @@ class Encoder(nn.Module):
         self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
         self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0, index=i) for i in range(cfg.num_layers))
+        # per-task adapters (adapters.py): the blocks' Linears and the token table's part
+        self.adapted = adapt_blocks(self.blocks, cfg) if cfg.adapters else []
+        self.token_adapters = TokenAdapters(cfg, width) if cfg.adapters else None
         # one (buckets, H) table for all layers (MPNet), or ALiBi's slopes; the bias is computed once per call
         self.relative = (RelativePositionBias(cfg) if cfg.relative_attention
                          else AlibiBias(cfg) if cfg.positions == "alibi" else None)
@@ -123,9 +127,29 @@ class Encoder(nn.Module):
         self.token_dense = nn.Linear(cfg.hidden_size, token.size, bias=token.bias) if token else None
         self.token_weight = nn.Linear(cfg.hidden_size, 1) if cfg.token_weights else None
 
-    def forward(self, inputs, attention_mask, token_type_ids=None):
+    def forward(self, inputs, attention_mask, token_type_ids=None, task_id=None):
+        """task_id (B,) int64 with adapters (the default task's when None); a model with adapters and
+        no token types takes it third, in contract.input_names' order."""
+        cfg = self.config
+        if not cfg.adapters:
+            return self.encode(inputs, attention_mask, token_type_ids)
+        if not cfg.type_vocab_size and task_id is None:
+            token_type_ids, task_id = None, token_type_ids
+        if task_id is None:
+            task_id = torch.full(inputs.shape[:1], cfg.adapters.tasks.index(cfg.adapters.default), device=inputs.device)
+        for layer in self.adapted:
+            layer.task = task_id
+        try:
+            return self.encode(inputs, attention_mask, token_type_ids, task_id)
+        finally:
+            for layer in self.adapted:
+                layer.task = None
+
+    def encode(self, inputs, attention_mask, token_type_ids=None, task_id=None):
         cfg = self.config
         x = self.tokens(inputs) if self.tokens is not None else inputs  # (B, N, E)
+        if self.token_adapters is not None:
+            x = x + self.token_adapters(inputs, task_id)
         if cfg.token_dropout_id >= 0:
             x = token_dropout(x, inputs == cfg.token_dropout_id, attention_mask)
         if self.types is not None:

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 import dataclasses
 
-from ortformer.config import (ACTIVATIONS, ATTENTION_KINDS, Convolution, Experts, LocalAttention, RelativeAttention,
+from ortformer.config import (ACTIVATIONS, ATTENTION_KINDS, Adapters, Convolution, Experts, LocalAttention, RelativeAttention,
                               ShortConv, preset)
 from ortformer.cost import parameter_breakdown, parameter_count
 from ortformer.models import build_encoder
@@ -72,6 +72,12 @@ def variants():
                {**combos[1], "experts": Experts(count=3, top_k=1, every=1, offset=0)},
                {**combos[4], "positions": "rotary", "causal": True, "qk_norm": True, "num_kv_heads": 2,
                 "short_conv": ShortConv(kernel_size=3, layers=(0, 2)), "num_layers": 3}]
+    # task adapters (jina-embeddings-v3), with token types and without (task_id then comes third); run with
+    # the default task
+    assert combos[0]["vocab_size"] and combos[8]["vocab_size"]
+    combos += [{**combos[0], "adapters": Adapters(tasks=("a", "b"), rank=2, default="b")},
+               {**combos[8], "positions": "rotary", "type_vocab_size": 0,
+                "adapters": Adapters(tasks=("a", "b", "c"), rank=3, scale=0.5, default="a")}]
     return combos
 
 
