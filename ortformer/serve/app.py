@@ -123,7 +123,7 @@ class ServeApp:
         chars = sum(len(x) for x in inputs if isinstance(x, str)) + sum(len(p) for p in pairs or () if p)
         call = (lambda: served.encode_late(inputs, late_kind)) if late_kind is not None else (
             lambda: served.encode(inputs, truncate=truncate, direction=options.direction,
-                                  prompt_name=options.prompt_name, pairs=pairs))
+                                  prompt_name=options.prompt_name, pairs=pairs, task=options.task))
         encoded = call() if chars <= INLINE_CHARS else await asyncio.to_thread(call)
         handled.tokenization_s = time.perf_counter() - start
         handled.chars = chars

@@ -22,6 +22,8 @@ class Encoded:
     # tokens may be unattended) and the tokens whose vectors it keeps; None for other models
     attention: list[np.ndarray] | None = None
     keep: list[np.ndarray] | None = None
+    # a model with task adapters: the task index of every input (None: the default task)
+    tasks: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -122,12 +124,30 @@ class ServedModel:
             raise validation(f"prompt_name={name!r} is not a prompt of model {self.name!r}; valid: {valid}")
         return self.runtime.prompt_text(name)
 
+    def task(self, task: str | None, prompt_name: str | None) -> tuple[int | None, str | None]:
+        """(task index or None, prompt name) of a request: Runtime.embed_texts' rule (a task's own prompt,
+        a prompt_name that names a task picks it); 413 naming the valid tasks."""
+        adapters = self.runtime.config.adapters
+        if adapters is None:
+            if task is not None:
+                raise validation(f"task={task!r} selects a task adapter; model {self.name!r} has none")
+            return None, prompt_name
+        if task is None and prompt_name in adapters.tasks:
+            task = prompt_name
+        if task is not None and task not in adapters.tasks:
+            raise validation(f"task={task!r} is not a task of model {self.name!r}; valid: "
+                             + ", ".join(repr(t) for t in adapters.tasks))
+        if task is not None and prompt_name is None and task in self.runtime.prompts:
+            prompt_name = task
+        return (None if task is None else adapters.tasks.index(task)), prompt_name
+
     def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
-               pairs: list[str | None] | None = None) -> Encoded:
+               pairs: list[str | None] | None = None, task: str | None = None) -> Encoded:
         """Texts (with their pairs, if any) and token-id lists as sequences of at most
         max_input_length tokens: longer ones are cut at `direction`'s end ("left" / "right";
         None: the tokenizer's own side) when `truncate`, else refused (413, TEI's validation)."""
         limit = self.max_input_length
+        task_index, prompt_name = self.task(task, prompt_name)
         ids: list = [None] * len(inputs)
         types: list = [None] * len(inputs)
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
@@ -159,7 +179,7 @@ class ServedModel:
         for i, x in enumerate(inputs):
             if not isinstance(x, str):
                 ids[i] = self._checked_ids(i, x, truncate, direction)
-        return Encoded(ids, types)
+        return Encoded(ids, types, tasks=None if task_index is None else [task_index] * len(inputs))
 
     def encode_late(self, inputs: list, kind: str) -> Encoded:
         """Texts as a late-interaction model reads them (runtime/late.py's prepare): the query or

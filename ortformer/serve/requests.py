@@ -98,13 +98,15 @@ class TextOptions:
     direction: str | None = None  # "left" / "right"; None: "right", as TEI's default
     prompt_name: str | None = None
     model: str | None = None
+    task: str | None = None  # a model with task adapters: the adapter (None: prompt_name's task, else the default)
 
 
 def _text_options(body: dict, prompts: bool = True) -> TextOptions:
     return TextOptions(truncate=_get(body, "truncate", (bool,), None, "true or false"),
                        direction=_direction(body),
                        prompt_name=_get(body, "prompt_name", (str,), None, "a prompt name") if prompts else None,
-                       model=_get(body, "model", (str,), None, "a model name"))
+                       model=_get(body, "model", (str,), None, "a model name"),
+                       task=_get(body, "task", (str,), None, "a task name") if prompts else None)
 
 
 @dataclass
@@ -145,13 +147,17 @@ def embed_request(body: dict) -> EmbedRequest:
 
 
 def openai_request(body: dict) -> EmbedRequest:
-    """/v1/embeddings: input, model, encoding_format, dimensions (user is accepted and unused).
+    """/v1/embeddings: input, model, encoding_format, dimensions (user is accepted and unused), and
+    ortformer's prompt_name and task.
     Vectors are normalized, as TEI's OpenAI route does; truncation follows --auto-truncate."""
     inputs, single = _inputs(body, "input")
     encoding = _get(body, "encoding_format", (str,), "float", "a string")
     if encoding not in ENCODING_FORMATS:
         raise bad_request(f"`encoding_format` must be one of {', '.join(ENCODING_FORMATS)}, got {encoding!r}")
-    options = TextOptions(model=_get(body, "model", (str,), None, "a model name"))
+    # beyond OpenAI's fields: prompt_name and task (a model with task adapters), as /embed takes them
+    options = TextOptions(model=_get(body, "model", (str,), None, "a model name"),
+                          prompt_name=_get(body, "prompt_name", (str,), None, "a prompt name"),
+                          task=_get(body, "task", (str,), None, "a task name"))
     return EmbedRequest(inputs, single, options, normalize=True, dimensions=_dimensions(body),
                         encoding_format=encoding)
 

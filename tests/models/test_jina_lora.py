@@ -136,37 +136,75 @@ def test_one_file_runs_rows_of_different_tasks(jina):
         check_gate(got[row:row + 1], hf_hidden(models[TASKS[task_id[row]]], one), one["attention_mask"], f"row {row}")
 
 
-def test_runtime_task_and_prompt_name(jina, tmp_path):
-    """Runtime.embed_texts(task=...) equals transformers' merged model on the task's prompt + text, mean pooled."""
-    root = tmp_path
+@pytest.fixture(scope="module")
+def jina_text(tmp_path_factory):
+    """The remote folder with MiniLM's tokenizer and mean pooling, exported with its text settings:
+    (the ONNX path, {task: the merged transformers folder})."""
+    root = tmp_path_factory.mktemp("jina-text")
     folder, merged = make_folders(root, vocab=30522, seed=4)
     for name in TOKENIZER_FILES:
         (folder / name).write_bytes((minilm.get_model_path() / name).read_bytes())
     loaded = load_any(folder, pooling="mean")
     path = root / "st.onnx"
     export(loaded.model, path, **loaded.export_options(True))
-    rt = Runtime(path, "cpu")
-    texts = ["what is a task adapter?", "LoRA keeps every task in one file."]
+    return path, merged
+
+
+TEXTS = ["what is a task adapter?", "LoRA keeps every task in one file."]
+
+
+def merged_embeddings(merged, task, texts=TEXTS):
+    """transformers with ``task`` merged, on the task's instruction + each text, mean pooled."""
     tok = transformers.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
+    model = hf_reference(transformers.JinaEmbeddingsV3Model, merged[task])
+    enc = tok([INSTRUCTIONS[task] + t for t in texts], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+    m = enc["attention_mask"][..., None].float()
+    return ((hidden * m).sum(1) / m.sum(1)).numpy()
 
-    def want(task):
-        model = hf_reference(transformers.JinaEmbeddingsV3Model, merged[task])
-        enc = tok([INSTRUCTIONS[task] + t for t in texts], padding=True, return_tensors="pt")
-        with torch.no_grad():
-            hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-        m = enc["attention_mask"][..., None].float()
-        return ((hidden * m).sum(1) / m.sum(1)).numpy()
 
+def test_runtime_task_and_prompt_name(jina_text):
+    """Runtime.embed_texts(task=...) equals transformers' merged model on the task's prompt + text."""
+    path, merged = jina_text
+    rt = Runtime(path, "cpu")
     for task in ("retrieval.query", "text-matching"):
-        assert np.abs(rt.embed_texts(texts, task=task) - want(task)).max() <= GATE["max_abs"]
+        assert np.abs(rt.embed_texts(TEXTS, task=task) - merged_embeddings(merged, task)).max() <= GATE["max_abs"]
     # prompt_name naming a task picks the task too; no task: the default (text-matching)
-    assert np.abs(rt.embed_texts(texts, prompt_name="retrieval.query") - want("retrieval.query")).max() <= GATE["max_abs"]
-    assert np.abs(rt.embed_texts(texts) - want("text-matching")).max() <= GATE["max_abs"]
+    got = rt.embed_texts(TEXTS, prompt_name="retrieval.query")
+    assert np.abs(got - merged_embeddings(merged, "retrieval.query")).max() <= GATE["max_abs"]
+    assert np.abs(rt.embed_texts(TEXTS) - merged_embeddings(merged, "text-matching")).max() <= GATE["max_abs"]
     with pytest.raises(InputError, match="task 'summarize' is not valid; valid: a task of"):
-        rt.embed_texts(texts, task="summarize")
+        rt.embed_texts(TEXTS, task="summarize")
     ids = [[101, 2054, 102], [101, 102]]
     np.testing.assert_allclose(rt.embed(ids, task=[0, 4]), np.stack([rt.embed(ids[:1], task="retrieval.query")[0],
                                                                      rt.embed(ids[1:], task=4)[0]]), atol=1e-6)
+
+
+def test_serve_task_and_prompt_name(jina_text):
+    """POST /embed and /v1/embeddings with "task" (or a "prompt_name" naming one): that task's vectors,
+    normalised; an unknown task is refused with the valid ones."""
+    import httpx
+    from support.serve import serving
+
+    from ortformer.serve import ServeOptions, load_runtime
+
+    path, merged = jina_text
+    runtimes = {"jina": load_runtime(path, ServeOptions(threads=2))}
+
+    def unit(x):
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    with serving(runtimes, ["jina"]) as running:
+        got = httpx.post(f"{running.url}/embed", json={"inputs": TEXTS, "task": "retrieval.query"}, timeout=30)
+        assert got.status_code == 200, got.text
+        assert np.abs(np.array(got.json()) - unit(merged_embeddings(merged, "retrieval.query"))).max() <= GATE["max_abs"]
+        got = httpx.post(f"{running.url}/v1/embeddings", json={"input": TEXTS, "prompt_name": "retrieval.passage"}, timeout=30)
+        assert got.status_code == 200, got.text
+        vectors = np.array([row["embedding"] for row in got.json()["data"]])
+        assert np.abs(vectors - unit(merged_embeddings(merged, "retrieval.passage"))).max() <= GATE["max_abs"]
+        bad = httpx.post(f"{running.url}/embed", json={"inputs": TEXTS, "task": "summarize"}, timeout=30)
+        assert bad.status_code == 413 and "valid: 'retrieval.query'" in bad.text
 
 
 def test_broken_adapters_are_refused(jina, tmp_path):
