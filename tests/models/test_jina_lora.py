@@ -217,3 +217,25 @@ def test_broken_adapters_are_refused(jina, tmp_path):
     save_file(weights, str(dest / "model.safetensors"))
     with pytest.raises(CheckpointError, match="lora_A without its .*mlp.fc2.parametrizations.weight.0.lora_B"):
         load_any(dest)
+
+
+def test_the_model_file_reader_checks_task_id_against_the_config(jina, tmp_path):
+    """A file whose config has no adapters but whose graph takes task_id (metadata at odds with the
+    graph) is refused; run() checks task values against the tasks."""
+    from support.text_models import set_metadata
+
+    from ortformer.errors import ModelFileError
+
+    _, _, loaded, path = jina
+    plain = loaded.config.replace(adapters=None)
+    edited = set_metadata(path, contract.META_CONFIG, plain.to_json(), tmp_path / "edited.onnx")
+    with pytest.raises(ModelFileError, match=r"graph inputs \['input_ids', 'attention_mask', 'task_id'\] do not match"):
+        Runtime(edited, "cpu")
+    rt = Runtime(path, "cpu")
+    ids = np.array([[5, 6, 7], [8, 9, 10]])
+    with pytest.raises(InputError, match="task 7 is not valid"):
+        rt.run(ids, task_id=[0, 7])
+    with pytest.raises(InputError, match="for a batch of 2"):
+        rt.run(ids, task_id=[0, 1, 2])
+    both = rt.run(ids, task_id=["separation", 0])[contract.LAST_HIDDEN_STATE]
+    assert np.allclose(both[0], rt.run(ids[:1], task_id=2)[contract.LAST_HIDDEN_STATE][0], atol=1e-6)
