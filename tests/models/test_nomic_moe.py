@@ -11,15 +11,13 @@ then + b, run as the remote code does it: a ragged loop over experts, each on th
 The folder holds the remote code's config keys and tensor names."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
-from support.hf import GATE, assert_matches_reference, cases, load_and_export
+from support.hf import GATE, assert_matches_reference, cases, load_and_export, write_folder
 
 from ortformer.config import Experts
 from ortformer.errors import CheckpointError
@@ -66,13 +64,6 @@ def moe_weights(seed: int) -> dict[str, torch.Tensor]:
             w.update({p + "mlp.fc1.weight": rand(INNER, WIDTH), p + "mlp.fc1.bias": rand(INNER, scale=0.1),
                       p + "mlp.fc2.weight": rand(WIDTH, INNER), p + "mlp.fc2.bias": rand(WIDTH, scale=0.1)})
     return w
-
-
-def write_folder(folder, config: dict, weights: dict):
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    save_file(weights, str(folder / "model.safetensors"))
-    return folder
 
 
 def experts_reference(w: dict, p: str, x: torch.Tensor, renormalise: bool = False) -> torch.Tensor:

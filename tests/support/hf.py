@@ -47,6 +47,17 @@ def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: 
     return folder
 
 
+def write_folder(folder: Path, config: dict, weights: dict) -> Path:
+    """A model folder as remote-code models save theirs: ``config`` as config.json and ``weights``
+    (name -> tensor) as model.safetensors; for families transformers has no class to save."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder
+
+
 def hf_reference(model_cls, folder: Path):
     """transformers' own ``model_cls`` from ``folder``, eager attention, in eval mode."""
     return model_cls.from_pretrained(str(folder), attn_implementation="eager").eval()
