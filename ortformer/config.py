@@ -15,12 +15,13 @@ from typing import Any
 
 from . import config_format1
 from .config_groups import (CLASSIFIER_DENSE, DENSE_ACTIVATIONS, DISENTANGLED_PROJECTIONS, GROUPS, Classifier,
-                            Convolution, Disentangled, LocalAttention, RelativeAttention, SentenceDense, TokenDense,
-                            check_types, group_from_dict)
+                            Adapters, Convolution, Disentangled, Experts, LocalAttention, RelativeAttention, SentenceDense,
+                            ShortConv, TokenDense, check_types, group_from_dict)
 from .checks import is_int, json_object
 from .errors import ConfigError
 
-__all__ = ["CONFIG_FORMAT", "EncoderConfig", "Classifier", "Convolution", "Disentangled", "LocalAttention",
+__all__ = ["CONFIG_FORMAT", "EncoderConfig", "Adapters", "Classifier", "Convolution", "Disentangled", "Experts", "LocalAttention",
+           "ShortConv",
            "RelativeAttention", "SentenceDense", "TokenDense", "CLASSIFIER_DENSE", "DENSE_ACTIVATIONS",
            "DISENTANGLED_PROJECTIONS", "PRESETS", "preset"]
 
@@ -127,6 +128,12 @@ class EncoderConfig:
     first_block_norm: bool = False
     # a convolution over positions after the first layer (DeBERTa-v2 xlarge / xxlarge); None = none
     convolution: Convolution | None = None
+    # a mixture of experts in place of some layers' feed-forward network (NomicBERT-MoE); None = none
+    experts: Experts | None = None
+    # a gated short convolution in place of some layers' attention (LFM2); None = none
+    short_conv: ShortConv | None = None
+    # per-task LoRA adapters chosen per row by a task_id input (jina-embeddings-v3); None = none
+    adapters: Adapters | None = None
     # T5-style relative position buckets added to every layer's scores (MPNet); None = off. softmax only
     relative_attention: RelativeAttention | None = None
     # disentangled relative attention (DeBERTa); None = off. softmax only
@@ -369,6 +376,17 @@ def _check_variants(cfg: EncoderConfig) -> None:
             raise ConfigError(f"convolution.groups={cfg.convolution.groups} must divide hidden_size={cfg.hidden_size}")
         if cfg.causal:
             raise ConfigError("convolution reads positions on both sides; causal=True allows only earlier ones")
+    if cfg.experts and cfg.ffn_gated:
+        raise ConfigError("experts are plain MLPs act(W1 x) under W2 (NomicBERT-MoE); a gated feed-forward network "
+                          "(ffn_gated=True) has no such experts: set ffn_gated=False")
+    if cfg.adapters:
+        for name, on in (("disentangled", cfg.disentangled), ("experts", cfg.experts), ("short_conv", cfg.short_conv),
+                         ("embedding_size", cfg.embedding_size), ("vocab_size=0", not cfg.takes_ids)):
+            if on:
+                raise ConfigError(f"adapters with {name} is not implemented: the adapters cover the token table and "
+                                  "the Linears of plain attention and feed-forward blocks")
+    if cfg.short_conv and cfg.short_conv.layers[-1] >= cfg.num_layers:
+        raise ConfigError(f"short_conv.layers={list(cfg.short_conv.layers)} names a layer past num_layers={cfg.num_layers}")
     _check_heads(cfg)
     _check_attention(cfg)
 

@@ -110,6 +110,92 @@ class Convolution:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A mixture of experts in place of the feed-forward network of the layers l with
+    l % every == offset (NomicBERT-MoE): router probabilities p = softmax(W_r x) over ``count``
+    experts, the ``top_k`` largest kept as they are (not renormalised: the inference formula, no
+    load balancing), y = sum_e p_e [e in top-k] W2_e^T act(W1_e x) + b, each expert a plain
+    ffn_size-wide MLP without biases, b one bias shared by the experts."""
+
+    # E, the number of experts
+    count: int
+    # k, the experts each token is sent to
+    top_k: int
+    # the layers l with l % every == offset have experts (NomicBERT-MoE: every other layer ...)
+    every: int = 2
+    # ... from layer 1 on
+    offset: int = 1
+
+    def __post_init__(self) -> None:
+        check_types(self, "experts.")
+        if self.count < 2:
+            raise ConfigError(f"experts.count={self.count} must be >= 2 (one expert is a feed-forward network)")
+        if not 1 <= self.top_k <= self.count:
+            raise ConfigError(f"experts.top_k={self.top_k} must be in 1..count={self.count}")
+        if self.every < 1 or not 0 <= self.offset < self.every:
+            raise ConfigError(f"experts.every={self.every}, experts.offset={self.offset}: every must be >= 1 and "
+                              "offset in 0..every - 1")
+
+    def has(self, layer: int) -> bool:
+        """Whether layer ``layer`` has experts."""
+        return layer % self.every == self.offset
+
+
+@dataclass(frozen=True)
+class ShortConv:
+    """LFM2's gated short convolution in place of attention in ``layers``: [b; c; h] = W_in x
+    (three F-wide parts), z = c * conv(b * h) with a depthwise causal convolution of ``kernel_size``
+    taps (position i reads i - k + 1 .. i; padded and missing positions read as zeros), out = W_out z.
+    No biases."""
+
+    # k, the taps of each channel's convolution (LFM2's conv_L_cache)
+    kernel_size: int
+    # the layers whose attention is this convolution (0-based, ascending)
+    layers: tuple = ()
+
+    def __post_init__(self) -> None:
+        check_types(self, "short_conv.")
+        if not isinstance(self.layers, (list, tuple)) or not all(is_int(l) and l >= 0 for l in self.layers):
+            raise ConfigError(f"short_conv.layers={self.layers!r} must list layer indices (ints >= 0)")
+        layers = tuple(self.layers)
+        if list(layers) != sorted(set(layers)) or not layers:
+            raise ConfigError(f"short_conv.layers={list(layers)} must list at least one layer, ascending, each once")
+        object.__setattr__(self, "layers", layers)
+        if self.kernel_size < 1:
+            raise ConfigError(f"short_conv.kernel_size={self.kernel_size} must be >= 1")
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """Task adapters kept side by side (jina-embeddings-v3's LoRA), chosen per row by the task_id
+    input: for task t every block's Linears compute W x + b + s B_t (A_t x) (A_t (r, in), B_t
+    (out, r)), and the token embedding adds s A_t[id] B_t (A_t (V, r), B_t (r, E)) and a per-task
+    vector (a folded token-type adapter), none of it merged into the weights."""
+
+    # the task names, in task_id order (0, 1, ...)
+    tasks: tuple = ()
+    # r, the adapters' rank
+    rank: int = 4
+    # s = lora_alpha / rank
+    scale: float = 0.25
+    # the task a request that names none runs with (the model card's)
+    default: str = ""
+
+    def __post_init__(self) -> None:
+        check_types(self, "adapters.")
+        tasks = tuple(self.tasks) if isinstance(self.tasks, (list, tuple)) else None
+        if not tasks or not all(isinstance(t, str) and t for t in tasks) or len(set(tasks)) != len(tasks):
+            raise ConfigError(f"adapters.tasks={self.tasks!r} must list at least one task name, each a non-empty "
+                              "string, each once")
+        object.__setattr__(self, "tasks", tasks)
+        if self.rank < 1 or not (math.isfinite(self.scale) and self.scale > 0):
+            raise ConfigError(f"adapters.rank={self.rank}, adapters.scale={self.scale}: the rank must be >= 1 and "
+                              "the scale a finite number > 0")
+        if self.default not in tasks:
+            raise ConfigError(f"adapters.default={self.default!r} must be one of the tasks {list(tasks)}")
+
+
+@dataclass(frozen=True)
 class RelativeAttention:
     """T5-style bidirectional relative position buckets: one (buckets, H) table, computed once per
     call and added to every layer's scores (MPNet, T5). softmax only."""
@@ -230,7 +316,7 @@ class TokenDense:
 GROUPS: dict[str, type] = {
     "classifier": Classifier, "convolution": Convolution, "relative_attention": RelativeAttention,
     "disentangled": Disentangled, "local_attention": LocalAttention, "sentence_dense": SentenceDense,
-    "token_dense": TokenDense,
+    "token_dense": TokenDense, "experts": Experts, "short_conv": ShortConv, "adapters": Adapters,
 }
 
 

@@ -46,6 +46,9 @@ INPUT_IDS = "input_ids"
 INPUTS_EMBEDS = "inputs_embeds"
 ATTENTION_MASK = "attention_mask"
 TOKEN_TYPE_IDS = "token_type_ids"
+# optional, models with task adapters (config adapters): int64 [batch], each row's task index into
+# adapters.tasks; the Runtime feeds the default task's where a request names none
+TASK_ID = "task_id"
 LAST_HIDDEN_STATE = "last_hidden_state"
 SENTENCE_EMBEDDING = "sentence_embedding"
 LOGITS = "logits"
@@ -65,6 +68,8 @@ def input_names(cfg: EncoderConfig) -> list[str]:
     names = [INPUT_IDS if cfg.takes_ids else INPUTS_EMBEDS, ATTENTION_MASK]
     if cfg.type_vocab_size:
         names.append(TOKEN_TYPE_IDS)
+    if cfg.adapters:
+        names.append(TASK_ID)
     return names
 
 
@@ -100,6 +105,8 @@ def input_shapes(cfg: EncoderConfig) -> dict[str, list]:
     shapes = {name: [BATCH_AXIS, SEQUENCE_AXIS] for name in input_names(cfg)}
     if not cfg.takes_ids:
         shapes[INPUTS_EMBEDS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.hidden_size]
+    if cfg.adapters:
+        shapes[TASK_ID] = [BATCH_AXIS]
     return shapes
 
 

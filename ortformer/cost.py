@@ -72,7 +72,29 @@ def parameter_breakdown(cfg: EncoderConfig) -> dict[str, int]:
                        + (_norm_params(cfg) if head.norm else 0)) if head else 0,
         "token_heads": (_token_dense_size(cfg) * (F + (1 if cfg.token_dense and cfg.token_dense.bias else 0))
                         + (F + 1 if cfg.token_weights else 0)),
+        **_mixer_params(cfg),
     }
+
+
+def _mixer_params(cfg: EncoderConfig) -> dict[str, int]:
+    """What short-convolution layers and expert layers change against the attention and
+    feed-forward counts above: negative entries take out what those layers do not have."""
+    F, out = cfg.hidden_size, {}
+    if cfg.short_conv:  # W_in (3F x F), W_out (F x F), k taps per channel; no attention, biases or q / k norms
+        conv = len(cfg.short_conv.layers)
+        attention = 2 * F * (cfg.attention_size + cfg.kv_size) + (
+            cfg.attention_size + 2 * cfg.kv_size + F if cfg.bias else 0) + (2 * cfg.head_size if cfg.qk_norm else 0)
+        out["short_convolution"] = conv * (4 * F * F + F * cfg.short_conv.kernel_size - attention)
+    if cfg.experts:  # per expert layer: router (E x F), E x (W1, W2) and one bias, in place of one feed-forward network
+        layers = sum(cfg.experts.has(l) for l in range(cfg.num_layers))
+        ffn = 2 * F * cfg.ffn_size + (cfg.ffn_size + F if cfg.bias else 0)
+        out["experts"] = layers * (cfg.experts.count * (F + 2 * F * cfg.ffn_size) + F - ffn)
+    if cfg.adapters:  # T tasks of rank r: A and B beside qkv, out, up, down; the token table's A, B and shift
+        t, r, up = len(cfg.adapters.tasks), cfg.adapters.rank, cfg.ffn_size * (2 if cfg.ffn_gated else 1)
+        E = cfg.embedding_size or F
+        linears = (F + cfg.attention_size + 2 * cfg.kv_size) + (cfg.attention_size + F) + (F + up) + (cfg.ffn_size + F)
+        out["adapters"] = t * r * (cfg.num_layers * linears + cfg.vocab_size + E) + t * E
+    return out
 
 
 def _disentangled_params(cfg: EncoderConfig) -> int:
@@ -107,6 +129,14 @@ def flops_per_sequence(cfg: EncoderConfig, n: int) -> dict[str, int]:
     if cfg.disentangled:  # per layer: W_Q R, W_K R (2S x F x 2F) and q . (W_K R), k . (W_Q R) (2 N 2S F)
         s = cfg.disentangled.buckets
         flops["disentangled_positions"] = L * (8 * s * F * A + 8 * n * s * A)
+    if cfg.experts:  # computed densely (mixers.MixtureOfExperts): every expert on every token, plus the router
+        layers = sum(cfg.experts.has(l) for l in range(cfg.num_layers))
+        flops["ffn"] += layers * n * (4 * F * cfg.ffn_size * (cfg.experts.count - 1) + 2 * F * cfg.experts.count)
+    if cfg.short_conv:  # W_in and W_out (8 n F^2) and k taps per channel, in place of the attention projections and core
+        conv = len(cfg.short_conv.layers)
+        flops["projections"] -= conv * 4 * n * F * (A + cfg.kv_size)
+        flops["attention_core"] -= conv * core
+        flops["short_convolution"] = conv * (8 * n * F * F + 2 * n * F * cfg.short_conv.kernel_size)
     if cfg.convolution:  # n outputs of F, each k F / groups multiply-adds
         flops["convolution"] = 2 * n * F * F // cfg.convolution.groups * cfg.convolution.kernel_size
     if cfg.classifier:  # the head's Dense (F x F) and classifier (F x L), per token or once

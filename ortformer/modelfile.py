@@ -53,6 +53,7 @@ _ALLOWED_INPUT_TYPES = {
     contract.INPUT_IDS: ("int64",),
     contract.ATTENTION_MASK: ("int64",),
     contract.TOKEN_TYPE_IDS: ("int64",),
+    contract.TASK_ID: ("int64",),
     contract.INPUTS_EMBEDS: ("float32", "float16"),
 }
 # outputs are float32 in every precision (float16 models cast back); float16 is read too,

@@ -100,6 +100,8 @@ def make_inputs(cfg: EncoderConfig, case: Case, rng: np.random.Generator) -> Nam
     inputs[contract.ATTENTION_MASK] = make_mask(case, rng)
     if cfg.type_vocab_size:
         inputs[contract.TOKEN_TYPE_IDS] = rng.integers(0, cfg.type_vocab_size, size=(b, n), dtype=np.int64)
+    if cfg.adapters:  # each row its own task
+        inputs[contract.TASK_ID] = rng.integers(0, len(cfg.adapters.tasks), size=(b,), dtype=np.int64)
     return inputs
 
 

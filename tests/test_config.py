@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ortformer import config_format1
-from ortformer.config import (PRESETS, Classifier, Convolution, Disentangled, EncoderConfig, LocalAttention,
-                              RelativeAttention, SentenceDense, TokenDense, preset)
+from ortformer.config import (PRESETS, Classifier, Convolution, Disentangled, EncoderConfig, Experts, LocalAttention,
+                              RelativeAttention, SentenceDense, ShortConv, TokenDense, preset)
 from ortformer.config_groups import GROUPS
 from ortformer.cost import flops_per_sequence, total_flops
 from ortformer.errors import ConfigError
@@ -255,7 +255,34 @@ def test_a_format_1_file_of_the_earlier_release_maps_each_flat_field_to_its_grou
                 if g == group:
                     assert getattr(getattr(cfg, group), field) == flat[name], (path.name, name)
                     checked.add(group)
-    assert checked == set(GROUPS), "the files hold every group"
+    assert checked == set(config_format1.SWITCHES), "the files hold every group format 1 had"
+    # the groups added since are written in format 2 only
+    assert set(GROUPS) - checked == {"experts", "short_conv", "adapters"}
+
+
+def test_the_groups_newer_than_format_1_read_back_from_json():
+    cfg = preset("tiny", num_layers=3, positions="rotary", causal=True, experts=Experts(count=4, top_k=2),
+                 short_conv=ShortConv(kernel_size=3, layers=(0, 2)))
+    data = json.loads(cfg.to_json())
+    assert data["short_conv"] == {"kernel_size": 3, "layers": [0, 2]}
+    assert data["experts"] == {"count": 4, "top_k": 2, "every": 2, "offset": 1}
+    assert EncoderConfig.from_json(cfg.to_json()) == cfg
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"experts": {"count": 4, "top_k": 5}}, r"experts.top_k=5 must be in 1..count=4"),
+    ({"experts": {"count": 1, "top_k": 1}}, r"experts.count=1 must be >= 2"),
+    ({"experts": {"count": 4, "top_k": 2, "every": 2, "offset": 2}}, r"offset in 0..every - 1"),
+    ({"experts": {"count": 4, "top_k": 2}, "ffn_gated": True}, r"set ffn_gated=False"),
+    ({"short_conv": {"kernel_size": 3, "layers": [2, 0]}}, r"ascending, each once"),
+    ({"short_conv": {"kernel_size": 3, "layers": []}}, r"at least one layer"),
+    ({"short_conv": {"kernel_size": 3, "layers": [0, "1"]}}, r"must list layer indices"),
+    ({"short_conv": {"kernel_size": 0, "layers": [0]}}, r"kernel_size=0 must be >= 1"),
+    ({"short_conv": {"kernel_size": 3, "layers": [0, 2]}}, r"names a layer past num_layers=2"),
+])
+def test_the_newer_groups_refuse_what_cannot_be_built(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        preset("tiny", **changes)
 
 
 def test_format_2_refuses_flat_names_and_unknown_keys_inside_a_group():

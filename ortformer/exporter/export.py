@@ -114,7 +114,7 @@ def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.M
     args = tuple(torch.from_numpy(example[name]) for name in names)
     batch = torch.export.Dim(contract.BATCH_AXIS, min=1)
     sequence = torch.export.Dim(contract.SEQUENCE_AXIS, min=1, max=cfg.max_sequence)
-    dynamic = tuple({0: batch, 1: sequence} for _ in names)
+    dynamic = tuple({0: batch} if name == contract.TASK_ID else {0: batch, 1: sequence} for name in names)
     return export_program(
         model, args, what="torch.onnx.export", input_names=names, output_names=contract.output_names(cfg),
         opset_version=opset, dynamic_shapes=dynamic, external_data=False,

@@ -72,6 +72,8 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
         feeds = {contract.INPUT_IDS: padded, contract.ATTENTION_MASK: mask}
         if cfg.type_vocab_size:
             feeds[contract.TOKEN_TYPE_IDS] = np.zeros_like(mask)
+        if cfg.adapters:  # the texts of the default task, the task a request that names none runs with
+            feeds[contract.TASK_ID] = np.full(len(batch), cfg.adapters.tasks.index(cfg.adapters.default), np.int64)
         got, want = session.run([output], feeds)[0], eager(feeds)[output]
         keep = mask.astype(bool) if per_token else slice(None)  # per token: the kept tokens' vectors
         got_rows.append(got[keep]), want_rows.append(want[keep])

@@ -40,6 +40,8 @@ def chunkable(cfg) -> str | None:
         (not cfg.qk_norm, "qk_norm"),
         (not cfg.grouped_kv, "num_kv_heads (grouped-query attention)"),
         (not cfg.sandwich_norm, "sandwich norms"),
+        (not cfg.experts and not cfg.short_conv, "mixtures of experts or short convolutions"),
+        (not cfg.adapters, "task adapters"),
         (not cfg.truncate_dim, "truncate_dim"),
         (not cfg.token_dense and not cfg.token_weights, "per-token heads (token_embeddings, sparse)"),
     ]

@@ -9,6 +9,8 @@ from ..config import EncoderConfig
 from .attention import MultiHeadAttention
 from .layers import (AlibiBias, DisentangledPositions, FeedForward, Positions, RelativePositionBias, Rotary,
                      make_activation, make_norm, window_bias)
+from .adapters import TokenAdapters, adapt_blocks
+from .mixers import MixtureOfExperts, ShortConvolution
 
 
 class Block(nn.Module):
@@ -17,12 +19,16 @@ class Block(nn.Module):
     post-norm (BERT):  x = norm1(x + attn(x));  x = norm2(x + ffn(x))
     pre-norm:          x = x + attn(norm1(x));  x = x + ffn(norm2(x))
     sandwich (Gemma):  x = x + post_attention_norm(attn(norm1(x)));  x = x + post_ffn_norm(ffn(norm2(x)))
+
+    Layer ``index`` may put a short convolution in place of attn (short_conv.layers, LFM2) and a
+    mixture of experts in place of ffn (experts, NomicBERT-MoE): mixers.py.
     """
 
-    def __init__(self, cfg: EncoderConfig, first: bool = False):
+    def __init__(self, cfg: EncoderConfig, first: bool = False, index: int = 0):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
-        self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
+        self.convolves = bool(cfg.short_conv) and index in cfg.short_conv.layers
+        self.attention = ShortConvolution(cfg) if self.convolves else MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention, cfg.attention_eps,
                                             bias=cfg.bias, causal=cfg.causal, head_size=cfg.attention_head_size,
                                             position_projections=bool(cfg.disentangled) and cfg.disentangled.projections == "separate",
                                             qk_norm_eps=cfg.norm_eps if cfg.qk_norm else None,
@@ -31,7 +37,7 @@ class Block(nn.Module):
         # model normalises it twice (first_block_norm: RoBERTa-PreLayerNorm)
         skip = first and cfg.embedding_norm and not cfg.first_block_norm
         self.norm1 = nn.Identity() if skip else make_norm(cfg)
-        self.ffn = FeedForward(cfg)
+        self.ffn = MixtureOfExperts(cfg) if cfg.experts and cfg.experts.has(index) else FeedForward(cfg)
         self.norm2 = make_norm(cfg)
         self.post_attention_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
         self.post_ffn_norm = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
@@ -39,10 +45,15 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor, scores_bias: torch.Tensor | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
                 disentangled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        def mix(h: torch.Tensor) -> torch.Tensor:
+            if self.convolves:
+                return self.attention(h, key_mask)
+            return self.attention(h, key_mask, scores_bias, rotary, disentangled)
+
         if self.pre_norm:
-            x = x + self.post_attention_norm(self.attention(self.norm1(x), key_mask, scores_bias, rotary, disentangled))
+            x = x + self.post_attention_norm(mix(self.norm1(x)))
             return x + self.post_ffn_norm(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.attention(x, key_mask, scores_bias, rotary, disentangled))
+        x = self.norm1(x + mix(x))
         return self.norm2(x + self.ffn(x))
 
 
@@ -83,7 +94,10 @@ class Encoder(nn.Module):
         # pre-norm models that also normalise their embeddings (ModernBERT)
         self.embed_norm = make_norm(cfg, width) if cfg.embedding_norm else None
         self.project = nn.Linear(width, cfg.hidden_size, bias=cfg.bias) if cfg.embedding_size else None
-        self.blocks = nn.ModuleList(Block(cfg, first=i == 0) for i in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, first=i == 0, index=i) for i in range(cfg.num_layers))
+        # per-task adapters (adapters.py): the blocks' Linears and the token table's part
+        self.adapted = adapt_blocks(self.blocks, cfg) if cfg.adapters else []
+        self.token_adapters = TokenAdapters(cfg, width) if cfg.adapters else None
         # one (buckets, H) table for all layers (MPNet), or ALiBi's slopes; the bias is computed once per call
         self.relative = (RelativePositionBias(cfg) if cfg.relative_attention
                          else AlibiBias(cfg) if cfg.positions == "alibi" else None)
@@ -113,9 +127,29 @@ class Encoder(nn.Module):
         self.token_dense = nn.Linear(cfg.hidden_size, token.size, bias=token.bias) if token else None
         self.token_weight = nn.Linear(cfg.hidden_size, 1) if cfg.token_weights else None
 
-    def forward(self, inputs, attention_mask, token_type_ids=None):
+    def forward(self, inputs, attention_mask, token_type_ids=None, task_id=None):
+        """task_id (B,) int64 with adapters (the default task's when None); a model with adapters and
+        no token types takes it third, in contract.input_names' order."""
+        cfg = self.config
+        if not cfg.adapters:
+            return self.encode(inputs, attention_mask, token_type_ids)
+        if not cfg.type_vocab_size and task_id is None:
+            token_type_ids, task_id = None, token_type_ids
+        if task_id is None:
+            task_id = torch.full(inputs.shape[:1], cfg.adapters.tasks.index(cfg.adapters.default), device=inputs.device)
+        for layer in self.adapted:
+            layer.task = task_id
+        try:
+            return self.encode(inputs, attention_mask, token_type_ids, task_id)
+        finally:
+            for layer in self.adapted:
+                layer.task = None
+
+    def encode(self, inputs, attention_mask, token_type_ids=None, task_id=None):
         cfg = self.config
         x = self.tokens(inputs) if self.tokens is not None else inputs  # (B, N, E)
+        if self.token_adapters is not None:
+            x = x + self.token_adapters(inputs, task_id)
         if cfg.token_dropout_id >= 0:
             x = token_dropout(x, inputs == cfg.token_dropout_id, attention_mask)
         if self.types is not None:

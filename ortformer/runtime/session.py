@@ -30,7 +30,7 @@ from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
 from .openvino_session import OpenVINOSession, int8_refused
 from .optimize import optimized_for_cpu
-from .validate import InputSpec, as_array, check_inputs
+from .validate import InputSpec, as_array, check_inputs, task_ids
 
 
 # embed's CPU batches hold at most this many padded tokens per intra-op thread, so each
@@ -263,7 +263,7 @@ class Runtime:
 
     def embed_texts(self, texts: Sequence[str], batch_size: int = 32, output: str | None = None,
                     max_length: int | None = None, max_tokens: int | None = None, prompt_name: str | None = None,
-                    pairs: Sequence[str] | None = None, kind: str | None = None):
+                    pairs: Sequence[str] | None = None, kind: str | None = None, task: str | None = None):
         """Tokenize with the model's tokenizer, truncate (TruncationWarning), batch by length, run.
 
         Returns what ``embed`` returns, by default (``select_output``) a classifier's logits,
@@ -278,7 +278,11 @@ class Runtime:
         (n_kept, D) float32 unit vectors per text, with the file's markers, query expansion and
         skiplist (runtime/late.py), max_length (marker included) replacing the file's query / document
         length; output="sparse": a {token id: weight} dict per text.
+        task: a model with task adapters (config.adapters) runs every text with this task's adapter
+        (None: the file's default task); its prompt, when the model records one under the task's name
+        and prompt_name is None, is prepended. prompt_name naming a task (and task None) picks both.
         """
+        task, prompt_name = self._task_and_prompt(task, prompt_name)
         prefix = self.prompt_text(prompt_name)
         if prefix:
             texts = [prefix + text if isinstance(text, str) else text for text in texts]
@@ -288,6 +292,8 @@ class Runtime:
             if pairs is not None:
                 raise InputError("pairs join two texts for a cross-encoder; late interaction embeds each text "
                                  "alone (kind='query' or 'document')")
+            if task is not None:
+                raise InputError("task selects an adapter of an embedding model; late interaction runs without one")
             name = output or contract.TOKEN_EMBEDDINGS
             return embed_late(self, texts, kind or "document", [name], batch_size, max_tokens, max_length)[name]
         encoder = self._text_encoder_checked()
@@ -298,7 +304,21 @@ class Runtime:
         ids, types, _ = encoder.encode(texts, length, pairs)
         with_types = pairs is not None and contract.TOKEN_TYPE_IDS in self.input_names
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens,
-                          token_types=types if with_types else None)
+                          token_types=types if with_types else None, task=task)
+
+    def _task_and_prompt(self, task: str | None, prompt_name: str | None) -> tuple[str | None, str | None]:
+        """(task, prompt_name) for embed_texts: a task's own prompt when prompt_name is None, a task
+        taken from prompt_name when it names one and task is None."""
+        adapters = self.config.adapters
+        if adapters is None:
+            if task is not None:
+                raise InputError(f"task={task!r} selects a task adapter; {self.path} has none")
+            return None, prompt_name
+        if task is None and prompt_name in adapters.tasks:
+            return prompt_name, prompt_name
+        if task is not None and prompt_name is None and task in self.prompts:
+            return task, task
+        return task, prompt_name
 
     def embed_all(self, texts: Sequence[str], kind: str = "document", batch_size: int = 32,
                   max_tokens: int | None = None, prompt_name: str | None = None,
@@ -389,7 +409,7 @@ class Runtime:
         return prompts[name]
 
     def run(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, *,
-            out: np.ndarray | None = None, **unknown) -> dict[str, np.ndarray]:
+            out: np.ndarray | None = None, task_id=None, **unknown) -> dict[str, np.ndarray]:
         """One forward pass over a rectangular batch.
 
         input_ids (B, N) ints, or inputs_embeds (B, N, F) floats for vocab_size = 0;
@@ -399,12 +419,15 @@ class Runtime:
         "logits": (B, L) or per token (B, N, L) float32 (only with a classifier; L = config.num_labels)}.
         out: a writable float32 (B, N, F) array or numpy.memmap that receives
         last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
+        task_id (a model with task adapters): a task name or index for every row, or one per row;
+        default the file's default task.
         """
         if unknown:
             raise InputError(f"unknown input(s) {sorted(unknown)}; this model takes {self.input_names}")
         given = {
             contract.INPUT_IDS: input_ids, contract.INPUTS_EMBEDS: inputs_embeds,
             contract.ATTENTION_MASK: attention_mask, contract.TOKEN_TYPE_IDS: token_type_ids,
+            contract.TASK_ID: task_id,
         }
         feeds = check_inputs(self._spec, given)
         if out is None:
@@ -453,6 +476,8 @@ class Runtime:
         the one it returns, so onnxruntime hands back and we check no other)."""
         names = self.output_names if names is None else names
         rows, length = feeds[contract.ATTENTION_MASK].shape
+        if contract.TASK_ID in self.input_names and contract.TASK_ID not in feeds:  # callers that name no task
+            feeds = {**feeds, contract.TASK_ID: task_ids(self.config, None, rows)}
         if rows == 0:  # an empty batch: zero rows of each output, no session call
             shapes = contract.output_shapes(self.config)
             return {name: np.zeros([0, *(length if axis == contract.SEQUENCE_AXIS else axis for axis in shapes[name][1:])],
@@ -500,7 +525,7 @@ class Runtime:
 
     def embed(self, sequences: Sequence[Any], batch_size: int = 32, output: str | None = None,
               max_tokens: int | None = None, token_types: Sequence[Any] | None = None,
-              attention: Sequence[Any] | None = None):
+              attention: Sequence[Any] | None = None, task=None):
         """Run many sequences of different lengths, batched by similar length.
 
         sequences: token-id lists (len_i,), or (len_i, F) float arrays for vocab_size = 0.
@@ -514,13 +539,15 @@ class Runtime:
         token_type_ids; default zeros. attention: a (len_i,) 0/1 mask per sequence, default all ones
         (a ColBERT query's [MASK] expansion tokens are run but not attended to: runtime/late.py).
         Results are in the caller's order and equal unbatched runs.
+        task: with task adapters, a task name or index for every sequence, or one per sequence
+        (default: the file's default task).
         """
         name = self.select_output(output)
-        return self.embed_outputs(sequences, [name], batch_size, max_tokens, token_types, attention)[name]
+        return self.embed_outputs(sequences, [name], batch_size, max_tokens, token_types, attention, task)[name]
 
     def embed_outputs(self, sequences: Sequence[Any], outputs: Sequence[str], batch_size: int = 32,
                       max_tokens: int | None = None, token_types: Sequence[Any] | None = None,
-                      attention: Sequence[Any] | None = None) -> dict[str, Any]:
+                      attention: Sequence[Any] | None = None, task=None) -> dict[str, Any]:
         """embed for several outputs from one run per batch: {output: its result, as embed gives it}."""
         names = [self.select_output(name) for name in outputs]
         check_int("batch_size", batch_size)
@@ -540,6 +567,9 @@ class Runtime:
                                           None if attention is None else attention[i])
                    for i, s in enumerate(sequences)]
         arrays = [ids for ids, _, _ in checked]
+        if task is not None and contract.TASK_ID not in self.input_names:
+            raise InputError(f"task={task!r} selects a task adapter; {self.path} has none")
+        tasks = task_ids(self.config, task, len(arrays)) if contract.TASK_ID in self.input_names else None
         shapes = contract.output_shapes(self.config)
         pooled = {name: shapes[name][1] != contract.SEQUENCE_AXIS for name in names}  # one vector per sequence
         results = {name: np.empty((len(arrays), shapes[name][-1]), np.float32) if pooled[name] else [None] * len(arrays)
@@ -553,6 +583,8 @@ class Runtime:
             feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask}
             feeds.update(self._zero_types(mask) if token_types is None else
                          {contract.TOKEN_TYPE_IDS: pad([checked[i][1] for i in batch])[0]})
+            if tasks is not None:
+                feeds[contract.TASK_ID] = tasks[batch]
             out = self._execute(feeds, names=names)
             for name in names:
                 if pooled[name]:

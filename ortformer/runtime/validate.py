@@ -23,7 +23,8 @@ from .. import contract
 from ..config import EncoderConfig
 from ..errors import InputError
 
-ALL_INPUTS = (contract.INPUT_IDS, contract.INPUTS_EMBEDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS)
+ALL_INPUTS = (contract.INPUT_IDS, contract.INPUTS_EMBEDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS,
+              contract.TASK_ID)
 
 
 @dataclass(frozen=True)
@@ -136,11 +137,38 @@ def check_inputs(spec: InputSpec, given: Mapping[str, Any]) -> dict[str, np.ndar
         types = companion(contract.TOKEN_TYPE_IDS, 0)
         _check_ids(contract.TOKEN_TYPE_IDS, types, cfg.type_vocab_size, "type_vocab_size")
         feeds[contract.TOKEN_TYPE_IDS] = types
+    if contract.TASK_ID in spec.names:
+        feeds[contract.TASK_ID] = task_ids(cfg, given.get(contract.TASK_ID), batch)
     # onnxruntime copies non-contiguous arrays anyway; doing it here keeps IO binding simple
     return {name: np.ascontiguousarray(array) for name, array in feeds.items()}
 
 
+def task_ids(cfg: EncoderConfig, value: Any, batch: int) -> np.ndarray:
+    """task_id (batch,) int64 from None (the default task), a task name or index for every row, or
+    one name or index per row; InputError naming the valid tasks otherwise."""
+    tasks = cfg.adapters.tasks
+    valid = f"a task of {list(tasks)} or its index 0..{len(tasks) - 1}, for every row or one per row"
+    if value is None:
+        value = cfg.adapters.default
+    if isinstance(value, (str, int, np.integer)) and not isinstance(value, bool):
+        value = [value] * batch
+    rows = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if rows is None or len(rows) != batch:
+        raise InputError(f"task {value!r} is not valid for a batch of {batch}; valid: {valid}")
+    ids = []
+    for row in rows:
+        if isinstance(row, str) and row in tasks:
+            ids.append(tasks.index(row))
+        elif isinstance(row, (int, np.integer)) and not isinstance(row, bool) and 0 <= row < len(tasks):
+            ids.append(int(row))
+        else:
+            raise InputError(f"task {row!r} is not valid; valid: {valid}")
+    return np.asarray(ids, dtype=np.int64)
+
+
 def _why_absent(cfg: EncoderConfig, name: str) -> str:
+    if name == contract.TASK_ID:
+        return "it has no task adapters"
     if name == contract.TOKEN_TYPE_IDS:
         return "type_vocab_size=0"
     if name == contract.INPUT_IDS:

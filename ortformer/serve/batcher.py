@@ -180,6 +180,9 @@ class Batcher:
                  for (job, i), s in zip(owners, sequences)] if paired else None
         late = jobs[0].encoded.attention is not None  # _run_round groups late jobs apart
         attention = [job.encoded.attention[i] for job, i in owners] if late else None
+        # task adapters: each row its own task, so requests of different tasks share a batch
+        default = self.model.runtime.config.adapters.default if self.model.runtime.config.adapters else None
+        tasks = [job.encoded.tasks[i] if job.encoded.tasks else default for job, i in owners] if default else None
         lengths = np.array([len(s) for s in sequences])
         for batch in length_batches(lengths, len(sequences), self.max_batch_tokens):
             batch = [int(i) for i in batch if not owners[i][0].future.done()]  # skip the clients that left
@@ -190,7 +193,8 @@ class Batcher:
             try:
                 out = await loop.run_in_executor(self._executor, self._call, output, [sequences[i] for i in batch],
                                                   None if types is None else [types[i] for i in batch],
-                                                  None if attention is None else [attention[i] for i in batch])
+                                                  None if attention is None else [attention[i] for i in batch],
+                                                  None if tasks is None else [tasks[i] for i in batch])
             except Exception as exc:  # onnxruntime's errors share no base class
                 error = backend(f"model {self.model.name!r} failed: {exc}")
                 for job in {owners[i][0] for i in batch}:
@@ -209,8 +213,9 @@ class Batcher:
                 if job.remaining == 0:
                     job.future.set_result(job.results)
 
-    def _call(self, output: str, sequences: list, types: list | None, attention: list | None):
+    def _call(self, output: str, sequences: list, types: list | None, attention: list | None, tasks: list | None = None):
         """One model call: sequences that length_batches cut to fit max_batch_tokens (late-interaction
         sequences with their own attention, runtime/late.py's prepare)."""
         return self.model.runtime.embed(sequences, batch_size=len(sequences), output=output,
-                                        max_tokens=self.max_batch_tokens, token_types=types, attention=attention)
+                                        max_tokens=self.max_batch_tokens, token_types=types, attention=attention,
+                                        task=tasks)

@@ -29,6 +29,8 @@ class Encoded:
     # tokens may be unattended) and the tokens whose vectors it keeps; None for other models
     attention: list[np.ndarray] | None = None
     keep: list[np.ndarray] | None = None
+    # a model with task adapters: the task index of every input (None: the default task)
+    tasks: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -66,13 +68,31 @@ class TextSide:
             raise validation(f"`prompt_name` {name[:40]!r} is not a prompt of model {self.name!r}; valid: {valid}")
         return self.runtime.prompt_text(name)
 
+    def task(self, task: str | None, prompt_name: str | None) -> tuple[int | None, str | None]:
+        """(task index or None, prompt name) of a request: Runtime.embed_texts' rule (a task's own prompt,
+        a prompt_name that names a task picks it); 422 naming the valid tasks."""
+        adapters = self.runtime.config.adapters
+        if adapters is None:
+            if task is not None:
+                raise validation(f"`task` {task[:40]!r} selects a task adapter; model {self.name!r} has none")
+            return None, prompt_name
+        if task is None and prompt_name in adapters.tasks:
+            task = prompt_name
+        if task is not None and task not in adapters.tasks:
+            raise validation(f"`task` {task[:40]!r} is not a task of model {self.name!r}; valid: "
+                             + ", ".join(repr(t) for t in adapters.tasks))
+        if task is not None and prompt_name is None and task in self.runtime.prompts:
+            prompt_name = task
+        return (None if task is None else adapters.tasks.index(task)), prompt_name
+
     def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
-               pairs: list[str | None] | None = None) -> Encoded:
+               pairs: list[str | None] | None = None, task: str | None = None) -> Encoded:
         """Texts (with their pairs, if any) and token-id lists as sequences of at most
         max_input_length tokens: longer ones are cut at `direction`'s end ("left" / "right";
         None: the tokenizer's own side) when `truncate`, else refused (422, TEI's validation)."""
         if self.runtime.rerank_template is not None:  # an LLM reranker: each (query, document) is one prompt
             inputs, pairs = self._rerank_prompts(inputs, pairs), None
+        task_index, prompt_name = self.task(task, prompt_name)
         limit = self.max_input_length
         ids: list = [None] * len(inputs)
         types: list = [None] * len(inputs)
@@ -105,7 +125,7 @@ class TextSide:
         for i, x in enumerate(inputs):
             if not isinstance(x, str):
                 ids[i] = self._checked_ids(i, x, truncate, direction)
-        return Encoded(ids, types)
+        return Encoded(ids, types, tasks=None if task_index is None else [task_index] * len(inputs))
 
     def _rerank_prompts(self, inputs: list, pairs: list | None) -> list:
         """Each text input and its pair as the LLM reranker's templated prompt ids (token-id inputs

@@ -41,6 +41,7 @@ class TextOptions:
     direction: str | None = None  # "left" / "right"; None: the tokenizer's own side
     prompt_name: str | None = None
     model: str | None = None
+    task: str | None = None  # a model with task adapters: the adapter (None: prompt_name's task, else the default)
 
 
 class ClientGone(Exception):
@@ -165,7 +166,7 @@ class ServedModel(TextSide):
         late-interaction model reads them (encode_late)."""
         truncate = self.auto_truncate if options.truncate is None else options.truncate
         work = (lambda: self.encode_late(inputs, late_kind)) if late_kind is not None else (
-            lambda: self.encode(inputs, truncate=truncate, direction=options.direction,
+            lambda: self.encode(inputs, truncate=truncate, direction=options.direction, task=options.task,
                                 prompt_name=options.prompt_name, pairs=pairs))
         encoded = await self._off_loop(call, work, inputs, pairs)
         call.tokens += encoded.tokens

@@ -176,7 +176,8 @@ def _text_options(body: dict, prompts: bool = True, prefix: str = "", model: dic
     return TextOptions(truncate=_get(body, "truncate", (bool,), None, "true or false", prefix),
                        direction=_direction(body, prefix),
                        prompt_name=_get(body, "prompt_name", (str,), None, "a prompt name", prefix) if prompts else None,
-                       model=_get(body if model is None else model, "model", (str,), None, "a model name"))
+                       model=_get(body if model is None else model, "model", (str,), None, "a model name"),
+                       task=_get(body, "task", (str,), None, "a task name", prefix) if prompts else None)
 
 
 def _flag(body: dict, name: str, default: bool) -> bool:
@@ -217,14 +218,18 @@ def embed_request(body: dict) -> EmbedRequest:
 
 
 def openai_request(body: dict) -> EmbedRequest:
-    """/v1/embeddings: input, model, encoding_format, dimensions (user is checked and unused).
+    """/v1/embeddings: input, model, encoding_format, dimensions (user is checked and unused), and
+    ortformer's prompt_name and task.
     Vectors are normalized, as TEI's OpenAI route does; truncation follows --auto-truncate."""
     inputs, single = _inputs(body, "input")
     encoding = _get(body, "encoding_format", (str,), "float", "a string")
     if encoding not in ENCODING_FORMATS:
         raise bad_request(f"`encoding_format` must be one of {', '.join(ENCODING_FORMATS)}, got {_shown(encoding)}")
     _get(body, "user", (str,), None, "a text")
-    options = TextOptions(model=_get(body, "model", (str,), None, "a model name"))
+    # beyond OpenAI's fields: prompt_name and task (a model with task adapters), as /embed takes them
+    options = TextOptions(model=_get(body, "model", (str,), None, "a model name"),
+                          prompt_name=_get(body, "prompt_name", (str,), None, "a prompt name"),
+                          task=_get(body, "task", (str,), None, "a task name"))
     return EmbedRequest(inputs, single, options, normalize=True, dimensions=_dimensions(body),
                         encoding_format=encoding)
 

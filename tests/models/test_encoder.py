@@ -5,7 +5,8 @@ import torch.nn.functional as F
 
 import dataclasses
 
-from ortformer.config import ACTIVATIONS, ATTENTION_KINDS, Convolution, LocalAttention, RelativeAttention, preset
+from ortformer.config import (ACTIVATIONS, ATTENTION_KINDS, Adapters, Convolution, Experts, LocalAttention, RelativeAttention,
+                              ShortConv, preset)
 from ortformer.cost import parameter_breakdown, parameter_count
 from ortformer.models import build_encoder
 
@@ -64,6 +65,19 @@ def variants():
     combos += [{**combos[0], "attention_softcap": 0.5},
                {**combos[4], "attention_softcap": 0.5, "local_attention": local, "num_layers": 3},
                {**combos[4], "positions": "rotary", "causal": True, "attention_softcap": 2.0}]
+    # a mixture of experts in every other layer (NomicBERT-MoE), softmax and linear; short convolutions in
+    # place of attention in layers 0 and 2 of a causal rotary model with q / k norms (LFM2)
+    assert not combos[0]["ffn_gated"] and not combos[1]["ffn_gated"]
+    combos += [{**combos[0], "experts": Experts(count=4, top_k=2), "num_layers": 3},
+               {**combos[1], "experts": Experts(count=3, top_k=1, every=1, offset=0)},
+               {**combos[4], "positions": "rotary", "causal": True, "qk_norm": True, "num_kv_heads": 2,
+                "short_conv": ShortConv(kernel_size=3, layers=(0, 2)), "num_layers": 3}]
+    # task adapters (jina-embeddings-v3), with token types and without (task_id then comes third); run with
+    # the default task
+    assert combos[0]["vocab_size"] and combos[8]["vocab_size"]
+    combos += [{**combos[0], "adapters": Adapters(tasks=("a", "b"), rank=2, default="b")},
+               {**combos[8], "positions": "rotary", "type_vocab_size": 0,
+                "adapters": Adapters(tasks=("a", "b", "c"), rank=3, scale=0.5, default="a")}]
     return combos
 
 

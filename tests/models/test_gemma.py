@@ -148,3 +148,22 @@ def test_embeddinggemma_layout_equals_sentence_transformers(tmp_path):
 def test_unsupported_configs_are_refused(saved, tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):
         load_any(with_config(saved, tmp_path / "m", change))
+
+
+def test_causal_last_token_embedder_equals_sentence_transformers(tmp_path):
+    """Harrier-OSS-v1's layout: Gemma3TextModel run causally (sliding and full layers), sentence-transformers'
+    last-token Pooling and Normalize, an instruction prompt for queries. It is a configuration of this
+    family (causal Gemma 3 + pooling "last" + normalize), not a model of its own."""
+    from support.hf import sentence_folder
+
+    config = tiny_config(vocab_size=30522, use_bidirectional_attention=False)
+    folder = save_hf(transformers.Gemma3TextModel, config, tmp_path / "st", seed=7)
+    prompts = {"web_search_query": "Instruct: Given a web search query, retrieve relevant passages\nQuery: "}
+    sentence_folder(folder, minilm.get_model_path(), pooling="lasttoken", normalize=True, prompts=prompts)
+    loaded, path = load_and_export(folder, tmp_path / "st.onnx", text=True)
+    cfg = loaded.config
+    assert (cfg.pooling, cfg.normalize_embeddings, cfg.causal, cfg.local_attention.window) == ("last", True, True, 11)
+    runtime = Runtime(path, "cpu")
+    assert_same_embeddings(runtime.embed_texts(TEXTS), st_embeddings(folder, TEXTS))
+    assert_same_embeddings(runtime.embed_texts(TEXTS, prompt_name="web_search_query"),
+                           st_embeddings(folder, TEXTS, "web_search_query"))

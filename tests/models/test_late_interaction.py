@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from support.hf import save_hf, transformers
-from support.late import DOCS, QUERIES, SMALL, cli, close, exported, hf_tokenizer, with_late
+from support.late import DOCS, QUERIES, SMALL, cli, close, exported, hf_tokenizer, pylate_layout, with_late
 
 from ortformer import contract
 from ortformer.config import EncoderConfig, TokenDense
@@ -93,19 +93,8 @@ def pylate_folder(root, attend=False):
     tok.save_pretrained(str(folder))
     torch.manual_seed(1)
     dense = torch.randn(16, 32) / 4
-    (folder / "1_Dense").mkdir()
-    from safetensors.torch import save_file
-
-    save_file({"linear.weight": dense}, str(folder / "1_Dense" / "model.safetensors"))
-    (folder / "1_Dense" / "config.json").write_text(json.dumps({
-        "in_features": 32, "out_features": 16, "bias": False,
-        "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    pylate_layout(folder, dense, {**PYLATE, "attend_to_expansion_tokens": attend})
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 19, "do_lower_case": False}))
-    settings = {**PYLATE, "attend_to_expansion_tokens": attend}
-    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
     return folder, tok, dense
 
 

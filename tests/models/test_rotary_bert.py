@@ -147,7 +147,7 @@ def test_original_gte_ntk_scaling_reads_as_its_frequencies(tmp_path):
     ({"rotary_emb_interleaved": True}, "rotary_emb_interleaved=True is not supported"),
     ({"rotary_emb_fraction": 0.5}, "rotary_emb_fraction=0.5 is not supported"),
     ({"rotary_scaling_factor": 2.0}, "rotary_scaling_factor=2.0 is not supported"),
-    ({"activation_function": "gelu"}, "activation_function='gelu' is not supported; ortformer implements 'swiglu'"),
+    ({"activation_function": "relu"}, "activation_function='relu' is not supported; ortformer implements 'swiglu', 'gelu'"),
     ({"qkv_proj_bias": True}, "missing .*attn.Wqkv.bias"),  # the flag says biases the file does not hold
     ({"rotary_emb_base": None}, "lacks rotary_emb_base"),  # the remote code's default (10000) is not transformers'
     ({"rotary_emb_fraction": None, "layer_norm_epsilon": None}, "lacks layer_norm_epsilon, rotary_emb_fraction"),

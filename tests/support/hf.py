@@ -47,6 +47,17 @@ def save_hf(model_cls, config, folder: Path, *, safetensors: bool = True, seed: 
     return folder
 
 
+def write_folder(folder: Path, config: dict, weights: dict) -> Path:
+    """A model folder as remote-code models save theirs: ``config`` as config.json and ``weights``
+    (name -> tensor) as model.safetensors; for families transformers has no class to save."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder
+
+
 def hf_reference(model_cls, folder: Path):
     """transformers' own ``model_cls`` from ``folder``, eager attention, in eval mode."""
     return model_cls.from_pretrained(str(folder), attn_implementation="eager").eval()
@@ -121,6 +132,26 @@ def assert_matches_transformers(loaded, hf_model, onnx_path: Path | None, pad_id
             check_gate(got, want, feeds["attention_mask"], f"onnx {case}")
         checked += 1
     assert {c.padding for c in cases(cfg)} == {"none", "right", "left"}
+    return checked
+
+
+def assert_matches_reference(loaded, reference, onnx_path: Path, pad_id: int) -> int:
+    """ortformer eager and the ONNX file against ``reference(ids, mask) -> (B, N, F)`` (a family's
+    definition written out where transformers has no model) over the grid, each kept token within
+    the float32 gate's max_abs; returns the number of cases checked."""
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    checked = 0
+    for i, case in enumerate(cases(loaded.config)):
+        feeds = inputs_for(loaded.config, case, pad_id, seed=i)
+        want = np.asarray(reference(feeds["input_ids"], feeds["attention_mask"]))
+        with torch.no_grad():
+            eager = loaded.model(*(torch.from_numpy(a) for a in feeds.values()))["last_hidden_state"].numpy()
+        keep = feeds["attention_mask"].astype(bool)
+        for what, ours in (("eager", eager), ("onnx", session.run([contract.LAST_HIDDEN_STATE], feeds)[0])):
+            err = np.abs(ours - want)[keep].max()
+            assert err <= GATE["max_abs"], (what, case, err)
+        checked += 1
+    assert {c.padding for c in cases(loaded.config)} == {"none", "right", "left"}
     return checked
 
 

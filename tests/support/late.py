@@ -26,6 +26,22 @@ def hf_tokenizer():
     return transformers.AutoTokenizer.from_pretrained(str(minilm_tokenizer().parent))
 
 
+def pylate_layout(folder, dense, settings: dict) -> None:
+    """PyLate's modules around a saved transformers model in ``folder``: a Transformer at the root, a
+    bias-free Dense ``dense`` (out, in) in 1_Dense, and ``settings`` in config_sentence_transformers.json."""
+    from safetensors.torch import save_file
+
+    (folder / "1_Dense").mkdir()
+    save_file({"linear.weight": dense}, str(folder / "1_Dense" / "model.safetensors"))
+    (folder / "1_Dense" / "config.json").write_text(json.dumps({
+        "in_features": dense.shape[1], "out_features": dense.shape[0], "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+
+
 def exported(folder, path) -> Runtime:
     """``folder`` exported to ``path`` with its tokenizer and settings (parity-gated), opened on the CPU."""
     loaded = load_any(folder)

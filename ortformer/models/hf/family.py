@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 # the family modules of models/hf/, in the order the export --from help lists their model types
 FAMILY_MODULES = ("bert", "roberta", "distilbert", "electra", "albert", "mpnet", "modernbert", "deberta",
                   "deberta_v2", "t5", "ernie", "roformer", "longformer", "prenorm_bert", "jina_bert",
-                  "rotary_bert", "llama", "gemma")
+                  "rotary_bert", "llama", "gemma", "neobert", "lfm2", "jina_lora")
 
 
 @dataclass(frozen=True)

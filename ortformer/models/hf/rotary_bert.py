@@ -11,6 +11,11 @@ scores scaled by 1/sqrt(D): ortformer's post-norm softmax encoder with positions
 They differ in the MLP and in which Linears carry a bias:
 
 - NomicBERT: SwiGLU, down(silu(fc12 x) * fc11 x), no Linear biases (LayerNorms have them);
+  the original remote code's GELU MLP fc2(gelu(fc1 x)) (``activation_function: gelu``, erf form),
+  and in NomicBERT-MoE (nomic-embed-text-v2-moe: ``num_experts``, ``moe_top_k``,
+  ``moe_every_n_layers``) a mixture of experts in place of the MLP of layers l % n == 1, read from
+  ``mlp.router.layer`` (E x F), ``mlp.experts.mlp.w1`` / ``w2`` (E x ffn rows each: act(x W1_e^T) W2_e)
+  and ``mlp.experts.bias`` (the ``experts`` group; mixers.MixtureOfExperts has the formula);
 - GTE: GeGLU, down(gelu(gate) * up) with ``up_gate_proj`` rows [up; gate], biases on the
   attention and on ``down_proj`` only;
 - Jina v3: plain fc2(act(fc1 x)), biases everywhere.
@@ -35,13 +40,13 @@ from pathlib import Path
 
 import torch
 
-from ...config import EncoderConfig
+from ...config import EncoderConfig, Experts
 from ...checks import brief
 from ...errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
-from .config_checks import make_config, refuse, require, rope_theta
+from .config_checks import make_config, make_group, refuse, require, rope_theta
 from .folder_import import import_folder
 from .folder_layout import HF_DTYPES, read_json, transformer_dir
 from .family import Family, VocabTokenizer
@@ -112,14 +117,36 @@ def read_nomic_legacy(hf: dict) -> tuple[dict, Layout]:
     multiple = hf.get("pad_vocab_size_multiple") or 1
     if isinstance(out.get("vocab_size"), int) and isinstance(multiple, int) and multiple > 1:
         out["vocab_size"] = -(-out["vocab_size"] // multiple) * multiple  # the table is padded to a multiple
-    # every released NomicBERT is SwiGLU; the remote code's other MLPs are not read without an oracle
-    refuse(hf, "activation_function", ("swiglu",), "swiglu", "NomicBERT ")
-    out["hidden_act"] = "silu"
+    # released NomicBERTs are SwiGLU, NomicBERT-MoE's dense layers GELU (erf); the remote code's other MLPs
+    # are not read without an oracle
+    refuse(hf, "activation_function", ("swiglu", "gelu"), "swiglu", "NomicBERT ")
+    gated = hf["activation_function"] == "swiglu"
+    out["hidden_act"] = "silu" if gated else "gelu"
     biased = {name for name, key in (("qkv", "qkv_proj_bias"), ("up", "mlp_fc1_bias"), ("down", "mlp_fc2_bias"))
               if hf.get(key, False)}
     if hf.get("qkv_proj_bias", False):
         biased.add("out")  # the original attention keeps one bias flag for Wqkv and out_proj
-    return out, Layout("NomicBERT ", up=("mlp.fc12", "mlp.fc11"), biased=frozenset(biased), **NOMIC)
+    up = ("mlp.fc12", "mlp.fc11") if gated else ("mlp.fc1",)
+    return out, Layout("NomicBERT ", up=up, biased=frozenset(biased), **NOMIC)
+
+
+# NomicBERT-MoE's keys, and the value of those that shape another model than mixers.MixtureOfExperts
+NOMIC_MOE_FIXED = {"moe_normalize_expert_weights": False, "expert_choice_router": False, "num_shared_experts": 0,
+                   "ffn_div": 1}
+
+
+def nomic_experts(hf: dict) -> Experts | None:
+    """The experts group of a NomicBERT-MoE config.json (the remote code's rule: layer l has experts
+    when l % moe_every_n_layers == 1), None without experts."""
+    every, count = hf.get("moe_every_n_layers") or 0, hf.get("num_experts") or 0
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise CheckpointError(f"NomicBERT config.json moe_every_n_layers={every!r} is not supported; it must be an "
+                              "int >= 0")
+    if every < 2 or not count:  # 1: l % 1 is never 1, so no layer has experts, as the remote code reads it
+        return None
+    for key, value in NOMIC_MOE_FIXED.items():
+        refuse(hf, key, (value,), value, "NomicBERT ")
+    return make_group("NomicBERT", Experts, count=hf["num_experts"], top_k=hf.get("moe_top_k", 1), every=every, offset=1)
 
 
 def read_layout(hf: dict) -> tuple[dict, Layout]:
@@ -171,6 +198,7 @@ def rotary_config(hf: dict, common: dict) -> EncoderConfig:
     if isinstance(head_dim, bool) or not isinstance(head_dim, int):
         raise CheckpointError(f"{what}config.json head_dim={head_dim!r} is not supported; it must be an int >= 1")
     theta, scale = rotary(hf, defaults["theta"], head_dim, what)
+    experts = nomic_experts(hf) if hf["model_type"] == "nomic_bert" else None
     return make_config(
         what.strip(), vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_heads=heads,
         attention_head_size=0 if head_dim * heads == hf["hidden_size"] else head_dim,
@@ -179,7 +207,8 @@ def rotary_config(hf: dict, common: dict) -> EncoderConfig:
         activation=ACTIVATIONS[hf.get("hidden_act", defaults["act"])], positions="rotary",
         rotary_theta=theta, rotary_scale=scale,
         max_positions=hf.get("max_position_embeddings", defaults["positions"]),
-        type_vocab_size=types if types > 1 else 0, norm_eps=hf.get("layer_norm_eps", defaults["eps"]), **common)
+        type_vocab_size=types if types > 1 else 0, norm_eps=hf.get("layer_norm_eps", defaults["eps"]), experts=experts,
+        **common)
 
 
 def saved_shapes(cfg: EncoderConfig, layout: Layout, types: int) -> dict[str, tuple[int, ...]]:
@@ -194,6 +223,11 @@ def saved_shapes(cfg: EncoderConfig, layout: Layout, types: int) -> dict[str, tu
         p = layout.layer.format(i=i)
         linears = {"qkv": [(layout.qkv, 3 * a, f)], "out": [(layout.out, f, a)],
                    "up": [(name, up_rows, f) for name in layout.up], "down": [(layout.down, f, ffn)]}
+        if cfg.experts and cfg.experts.has(i):  # the experts in place of the MLP
+            e = cfg.experts.count
+            del linears["up"], linears["down"]
+            shapes.update({p + "mlp.router.layer.weight": (e, f), p + "mlp.experts.mlp.w1": (e * ffn, f),
+                           p + "mlp.experts.mlp.w2": (e * ffn, f), p + "mlp.experts.bias": (f,)})
         for kind, entries in linears.items():
             for name, rows, cols in entries:
                 shapes[p + name + ".weight"] = (rows, cols)
@@ -230,13 +264,17 @@ def map_weights(layout: Layout, types: int, raw: Tensors, cfg: EncoderConfig, wh
     for i in range(cfg.num_layers):
         p, q = layout.layer.format(i=i), f"blocks.{i}."
         pairs = {"attention.qkv": linear(kept, p + layout.qkv, "qkv" in layout.biased),
-                 "attention.out": linear(kept, p + layout.out, "out" in layout.biased),
-                 "ffn.down": linear(kept, p + layout.down, "down" in layout.biased)}
-        ups = [linear(kept, p + name, "up" in layout.biased) for name in layout.up]
-        if layout.gte_up_gate:  # rows [up; gate] -> [gate; up]: the activated half first
-            weight, bias = ups[0]
-            ups = [(w, b) for w, b in zip(weight.chunk(2)[::-1], bias.chunk(2)[::-1])]
-        pairs["ffn.up"] = (torch.cat([w for w, _ in ups]), torch.cat([b for _, b in ups]))
+                 "attention.out": linear(kept, p + layout.out, "out" in layout.biased)}
+        if cfg.experts and cfg.experts.has(i):
+            out.update({q + "ffn.router.weight": kept[p + "mlp.router.layer.weight"], q + "ffn.w1": kept[p + "mlp.experts.mlp.w1"],
+                        q + "ffn.w2": kept[p + "mlp.experts.mlp.w2"], q + "ffn.bias": kept[p + "mlp.experts.bias"]})
+        else:
+            pairs["ffn.down"] = linear(kept, p + layout.down, "down" in layout.biased)
+            ups = [linear(kept, p + name, "up" in layout.biased) for name in layout.up]
+            if layout.gte_up_gate:  # rows [up; gate] -> [gate; up]: the activated half first
+                weight, bias = ups[0]
+                ups = [(w, b) for w, b in zip(weight.chunk(2)[::-1], bias.chunk(2)[::-1])]
+            pairs["ffn.up"] = (torch.cat([w for w, _ in ups]), torch.cat([b for _, b in ups]))
         for ours, (weight, bias) in pairs.items():
             out[q + ours + ".weight"], out[q + ours + ".bias"] = weight, bias
         for ours, theirs in zip(("norm1", "norm2"), layout.norms):
