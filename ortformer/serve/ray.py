@@ -150,8 +150,8 @@ class OrtformerServer:
 
 def build(args: dict):
     """The Serve application for ``args`` (see the module's docstring); ``serve run`` and
-    ``serve.run(build({...}))`` call it. Models are checked to exist here, in the driver,
-    when they are local paths: a typo fails the deploy, not every replica in turn."""
+    ``serve.run(build({...}))`` call it. A local model path is checked to be a file here,
+    where the application is built: a typo fails the deploy, not every replica in turn."""
     models, options = parse_args(args)
     for name, model in models.items():
         if not model.startswith("hf://") and not os.path.isfile(model):
