@@ -30,11 +30,14 @@ from .common import quiet_onnxruntime, threads_option
                    "(or set ORTFORMER_API_KEY).")
 @threads_option("onnxruntime threads per model [default: the CPUs this process may use: affinity and cgroup quota].")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True, help="Execution provider.")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Processes answering on the one port, each with its own sessions and batcher "
+                   "(--threads defaults to the CPUs / N); /metrics sums over them.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True, help="uvicorn's log level ('info' logs each request).")
 @click.pass_context
 def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms, max_client_batch_size,
-                  payload_limit, max_concurrent_requests, auto_truncate, api_key, threads, provider, log_level):
+                  payload_limit, max_concurrent_requests, auto_truncate, api_key, threads, provider, workers, log_level):
     """Serve MODELS over HTTP: text-embeddings-inference's routes and OpenAI's /v1/embeddings.
 
     Routes: POST /embed, /embed_sparse, /embed_all, /rerank, /predict, /tokenize,
@@ -46,6 +49,7 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
     Examples:
       ortformer serve minilm.onnx --port 8080
       ortformer serve --model minilm=minilm.onnx --model rerank=reranker.onnx --api-key secret
+      ortformer serve minilm.onnx --workers 2
       curl -s localhost:8080/embed -H 'Content-Type: application/json' -d '{"inputs": "a text"}'
     """
     from ..serve import ServedModel, ServeOptions, create_app, load_runtime, model_specs, run
@@ -57,6 +61,10 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
                            max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
                            max_concurrent_requests=max_concurrent_requests, auto_truncate=auto_truncate,
                            api_key=api_key, threads=threads, provider=provider)
+    if workers > 1:  # each worker loads the models itself (serve/workers.py)
+        from ..serve.workers import run_workers
+
+        return run_workers(specs, options, workers, host, port, log_level=log_level, ready=announce(list(specs)))
     served = [ServedModel(name, load_runtime(path, options)) for name, path in specs.items()]
     run(create_app(served, options), host, port, log_level=log_level, ready=announce(list(specs)))
 

@@ -53,11 +53,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run(app, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning",
-        ready: Callable[[str, int], None] | None = None) -> None:
+        ready: Callable[[str, int], None] | None = None, sock: socket.socket | None = None) -> None:
     """Serve `app` on host:port until SIGTERM or SIGINT, then drain and return. Port 0 picks a
     free port; `ready(host, port)` is called once the app has started and the socket listens.
-    ListenError when host:port cannot be bound."""
-    sock = bind(host, port)
+    ListenError when host:port cannot be bound. `sock`: a socket already bound (--workers
+    shares one), used instead of host:port and closed here too."""
+    sock = bind(host, port) if sock is None else sock
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=None)
     server = _Server(config, ready)

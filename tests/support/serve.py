@@ -4,6 +4,10 @@ background thread. The fixture is in tests/serve/conftest.py."""
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -102,3 +106,26 @@ def serving(runtimes: dict, names: list[str], **options):
     finally:
         running.stop()
         sock.close()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start(*args: str) -> tuple[subprocess.Popen, str]:
+    """`ortformer serve ARGS --port 0` in a process; (process, its URL) once it listens."""
+    process = subprocess.Popen([sys.executable, "-m", "ortformer.cli", "serve", *args, "--port", "0"],
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    line = process.stderr.readline()  # the one line it prints once listening
+    match = re.search(r"listening on (http://\S+)", line)
+    if match is None:
+        process.kill()
+        pytest.fail(f"the server did not start: {line}{process.stderr.read()}")
+    return process, match.group(1)
+
+
+def count(url: str, name: str) -> float:
+    """The sum of metric `name`'s series at url's /metrics."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
