@@ -33,11 +33,14 @@ from .common import quiet_onnxruntime, threads_option
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Processes answering on the one port, each with its own sessions and batcher "
                    "(--threads defaults to the CPUs / N); /metrics sums over them.")
+@click.option("--otlp-endpoint", envvar="OTLP_ENDPOINT", default=None, metavar="URL",
+              help="Export OpenTelemetry spans per request (OTLP over gRPC) to URL, e.g. http://localhost:4317 "
+                   "(or set OTLP_ENDPOINT, TEI's variable). Off by default.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True, help="uvicorn's log level ('info' logs each request).")
 @click.pass_context
 def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms, max_client_batch_size,
-                  payload_limit, max_concurrent_requests, auto_truncate, api_key, threads, provider, workers, log_level):
+                  payload_limit, max_concurrent_requests, auto_truncate, api_key, threads, provider, workers, otlp_endpoint, log_level):
     """Serve MODELS over HTTP: text-embeddings-inference's routes and OpenAI's /v1/embeddings.
 
     Routes: POST /embed, /embed_sparse, /embed_all, /rerank, /predict, /tokenize,
@@ -54,6 +57,7 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
     """
     from ..serve import ServedModel, ServeOptions, create_app, load_runtime, model_specs, run
     from ..serve.server import announce
+    from ..serve.tracing import traced
 
     quiet_onnxruntime(ctx)
     specs = model_specs(models, named)
@@ -64,9 +68,16 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
     if workers > 1:  # each worker loads the models itself (serve/workers.py)
         from ..serve.workers import run_workers
 
-        return run_workers(specs, options, workers, host, port, log_level=log_level, ready=announce(list(specs)))
+        return run_workers(specs, options, workers, host, port, log_level=log_level, ready=announce(list(specs)),
+                           otlp_endpoint=otlp_endpoint)
     served = [ServedModel(name, load_runtime(path, options)) for name, path in specs.items()]
-    run(create_app(served, options), host, port, log_level=log_level, ready=announce(list(specs)))
+    app = create_app(served, options)
+    tracing = app.state.serve.tracing = traced(otlp_endpoint)
+    try:
+        run(app, host, port, log_level=log_level, ready=announce(list(specs)))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 COMMANDS = [serve_command]

@@ -42,6 +42,7 @@ class Handled:
         self.model: ServedModel | None = None
         self.method: str | None = None
         self.tokenization_s = 0.0
+        self.tokenization_at: float | None = None  # perf_counter() when tokenization began
         self.done: Done | None = None
         self.tokens = 0
         self.chars = 0
@@ -68,6 +69,7 @@ class ServeApp:
                                          max_wait_ms=options.max_wait_ms,
                                          max_concurrent_requests=options.max_concurrent_requests)
                          for m in models}
+        self.tracing = None  # a tracing.Tracing (--otlp-endpoint): spans per request; None costs nothing
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
@@ -124,6 +126,7 @@ class ServeApp:
         call = (lambda: served.encode_late(inputs, late_kind)) if late_kind is not None else (
             lambda: served.encode(inputs, truncate=truncate, direction=options.direction,
                                   prompt_name=options.prompt_name, pairs=pairs))
+        handled.tokenization_at = start
         encoded = call() if chars <= INLINE_CHARS else await asyncio.to_thread(call)
         handled.tokenization_s = time.perf_counter() - start
         handled.chars = chars
@@ -148,8 +151,14 @@ class ServeApp:
         return handled.done.outputs
 
     def route(self, path: str, handler, methods=("POST",), openai: bool = False) -> Route:
-        async def endpoint(request: Request) -> Response:
+        async def traced(request: Request) -> Response:
             handled = Handled(self, path)
+            response = await endpoint(request, handled)
+            if self.tracing is not None:
+                self.tracing.record(path, handled, request.headers, response.status_code)
+            return response
+
+        async def endpoint(request: Request, handled: Handled) -> Response:
             name = self.default.name
             try:
                 if not self.authorized(request):
@@ -177,7 +186,7 @@ class ServeApp:
                 body = {"error": f"internal error: {type(exc).__name__}: {exc}", "error_type": "backend"}
                 return JSONResponse({"message": body["error"], "code": 500, "type": "backend"} if openai else body, 500)
 
-        return Route(path, endpoint, methods=list(methods))
+        return Route(path, traced, methods=list(methods))
 
     def json(self, handled: Handled, content, status: int = 200) -> Response:
         return Response(json.dumps(content, separators=(",", ":")), status, handled.headers(),

@@ -51,6 +51,7 @@ class Job:
     queued_at: float = field(default_factory=time.perf_counter)
     queued_round: int = 0  # Batcher.rounds when it was queued
     rounds: int = 0  # rounds started between its queueing and its answer
+    answered_at: float = 0.0
     started_at: float | None = None
     inference_s: float = 0.0
     results: list = field(default_factory=list)
@@ -68,6 +69,10 @@ class Done:
     queue_s: float
     inference_s: float
     rounds: int = 0  # rounds started between its queueing and its answer (its own included)
+    # time.perf_counter() when it was queued, when its round started, when its last output came (tracing)
+    queued_at: float = 0.0
+    started_at: float = 0.0
+    answered_at: float = 0.0
 
 
 class Batcher:
@@ -119,7 +124,9 @@ class Batcher:
             self._queue.put_nowait(job)
             self.metrics.queue_size(self.model.name, self._queue.qsize())
             outputs = await job.future
-            return Done(outputs, (job.started_at or job.queued_at) - job.queued_at, job.inference_s, job.rounds)
+            started = job.started_at or job.queued_at
+            return Done(outputs, started - job.queued_at, job.inference_s, job.rounds, job.queued_at, started,
+                        job.answered_at)
         finally:
             self._pending -= 1
             if not job.future.done():  # the caller was cancelled (its client left): drop the job
@@ -212,6 +219,7 @@ class Batcher:
                 job.remaining -= 1
                 if job.remaining == 0:
                     job.rounds = self.rounds - job.queued_round
+                    job.answered_at = time.perf_counter()
                     job.future.set_result(job.results)
 
     def _call(self, output: str, sequences: list, types: list | None, attention: list | None):

@@ -80,7 +80,8 @@ def _watch_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _worker(sock, specs: dict[str, Path], options: ServeOptions, run_kwargs: dict, messages, parent: int) -> None:
+def _worker(sock, specs: dict[str, Path], options: ServeOptions, run_kwargs: dict, messages, parent: int,
+            otlp_endpoint: str | None) -> None:
     """One worker process: load the models, serve the app on the shared socket until SIGTERM."""
     os.setpgrp()  # the terminal's Ctrl-C goes to the parent alone, which signals each worker once
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
@@ -89,13 +90,19 @@ def _worker(sock, specs: dict[str, Path], options: ServeOptions, run_kwargs: dic
         from .options import load_runtime
         from .routes import create_app
         from .server import run
+        from .tracing import traced
 
         served = [ServedModel(name, load_runtime(path, options)) for name, path in specs.items()]
         app = with_pid_header(create_app(served, options))
+        tracing = app.state.serve.tracing = traced(otlp_endpoint)
     except Exception as exc:  # reported to the parent, which stops the start-up with it
         messages.put(("error", type(exc).__name__, str(exc)))
         return
-    run(app, sock=sock, ready=lambda host, port: messages.put(("ready", os.getpid())), **run_kwargs)
+    try:
+        run(app, sock=sock, ready=lambda host, port: messages.put(("ready", os.getpid())), **run_kwargs)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def _error(name: str, message: str) -> Exception:
@@ -112,10 +119,10 @@ def _error(name: str, message: str) -> Exception:
 
 def run_workers(specs: dict[str, Path], options: ServeOptions, workers: int, host: str = "127.0.0.1",
                 port: int = 8080, *, ready: Callable[[str, int], None] | None = None,
-                graceful_timeout: float | None = None, **run_kwargs) -> None:
+                graceful_timeout: float | None = None, otlp_endpoint: str | None = None, **run_kwargs) -> None:
     """Serve `specs` (name -> model file) with `workers` processes on host:port until SIGTERM
     or SIGINT, then drain them all and return. `run_kwargs` go to each worker's server.run
-    (log_level...). ListenError when host:port cannot be bound; a worker's start-up error
+    (log_level...); otlp_endpoint: each worker exports its spans there. ListenError when host:port cannot be bound; a worker's start-up error
     (ModelFileError...) is raised here."""
     from prometheus_client import multiprocess
 
@@ -134,7 +141,7 @@ def run_workers(specs: dict[str, Path], options: ServeOptions, workers: int, hos
     procs: list = []
 
     def start():
-        proc = context.Process(target=_worker, args=(sock, specs, options, run_kwargs, messages, os.getpid()),
+        proc = context.Process(target=_worker, args=(sock, specs, options, run_kwargs, messages, os.getpid(), otlp_endpoint),
                                name="ortformer-serve-worker", daemon=False)
         proc.start()
         return proc
