@@ -177,6 +177,14 @@ class TextEncoder:
                 for e in encodings]
 
 
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """Each id list back to its text (the tokenizer's decoder; special tokens dropped when
+        ``skip_special_tokens``). Ids must be in [0, vocab_size)."""
+        rows = [list(map(int, row)) for row in ids]
+        with self._lock:  # enable_truncation (under the lock) borrows the tokenizer mutably
+            return self._tokenizer.decode_batch(rows, skip_special_tokens=skip_special_tokens)
+
+
 def check_tokenizer(path, vocab_size: int) -> TextEncoder:
     """``path`` loaded as a tokenizer.json whose ids fit a model of ``vocab_size`` tokens.
 

@@ -8,53 +8,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import time
+import uuid
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .batcher import Batcher, Done
-from .errors import ServeError, bad_request, validation
+from .batcher import Batcher
+from .errors import ServeError, bad_request, too_large
 from .metrics import Metrics
-from .model import Encoded, ServedModel
+from .model import Call, ClientGone, ServedModel
 from .options import ServeOptions
-from .requests import TextOptions, parse_json
+from .outputs import json_bytes
+from .requests import parse_json
 
 logger = logging.getLogger("ortformer.serve")
-# a request with more text than this is tokenized on a thread, off the event loop
-INLINE_CHARS = 4096
+# a body larger than this is parsed (and its ids checked) on a worker thread, off the event loop
+INLINE_BODY = 65536
 PUBLIC = ("/health", "/metrics")
 
 
-class ClientGone(Exception):
-    """The client closed its connection before its answer was ready."""
+class Handled(Call):
+    """One HTTP request's bookkeeping: its model, its id (the x-request-id header, and the
+    body of a 500), and TEI's response headers; the operation records the rest (model.Call)."""
 
-
-class Handled:
-    """One request's bookkeeping: its model, method, timings and TEI's response headers."""
-
-    def __init__(self, app: "ServeApp", route: str):
+    def __init__(self, app: "ServeApp", route: str, request: Request):
+        super().__init__(gone=lambda: _disconnect(request))
         self.app, self.route = app, route
         self.start = time.perf_counter()
         self.model: ServedModel | None = None
-        self.method: str | None = None
-        self.tokenization_s = 0.0
-        self.tokenization_at: float | None = None  # perf_counter() when tokenization began
-        self.done: Done | None = None
-        self.tokens = 0
-        self.chars = 0
+        self.counted = False  # te_request_count was counted: success is counted too
+        self.id = uuid.uuid4().hex
 
     def headers(self) -> dict[str, str]:
         ms = lambda s: str(int(s * 1000))  # noqa: E731
-        done = self.done
         return {"x-compute-type": "cpu" if self.model is None or self.model.runtime.provider == "cpu" else "gpu",
                 "x-compute-time": ms(time.perf_counter() - self.start), "x-total-time": ms(time.perf_counter() - self.start),
                 "x-compute-characters": str(self.chars), "x-compute-tokens": str(self.tokens),
                 "x-tokenization-time": ms(self.tokenization_s),
-                "x-queue-time": ms(done.queue_s if done else 0), "x-inference-time": ms(done.inference_s if done else 0)}
+                "x-queue-time": ms(self.queue_s), "x-inference-time": ms(self.inference_s), "x-request-id": self.id}
 
 
 class ServeApp:
@@ -69,6 +63,9 @@ class ServeApp:
                                          max_wait_ms=options.max_wait_ms,
                                          max_concurrent_requests=options.max_concurrent_requests)
                          for m in models}
+        for m in models:
+            m.attach(self.batchers[m.name], self.metrics, auto_truncate=options.auto_truncate,
+                     max_client_batch_size=options.max_client_batch_size)
         self.tracing = None  # a tracing.Tracing (--otlp-endpoint): spans per request; None costs nothing
 
     @contextlib.asynccontextmanager
@@ -87,7 +84,7 @@ class ServeApp:
             return self.models.get(name, self.default)
         if len(self.models) == 1:
             return self.default  # as TEI, which serves one model and ignores the name
-        raise bad_request(f"model {name!r} is not served here; served: {', '.join(sorted(self.models))}")
+        raise bad_request(f"model {name[:40]!r} is not served here; served: {', '.join(sorted(self.models))}")
 
     def authorized(self, request: Request) -> bool:
         key = self.options.api_key
@@ -96,10 +93,10 @@ class ServeApp:
         given = request.headers.get("authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
 
-    async def body(self, request: Request) -> dict:
-        """The JSON body, refused (413) past --payload-limit bytes before it is all read."""
+    async def body(self, request: Request) -> bytes:
+        """The raw body, refused (413) past --payload-limit bytes before it is all read."""
         limit = self.options.payload_limit
-        too_big = validation(f"the request body is larger than --payload-limit {limit} bytes", failure="payload_limit")
+        too_big = too_large(f"the request body is larger than --payload-limit {limit} bytes")
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise too_big
@@ -109,50 +106,26 @@ class ServeApp:
             if size > limit:
                 raise too_big
             chunks.append(chunk)
-        return parse_json(b"".join(chunks))
+        return b"".join(chunks)
 
-    def check_batch(self, count: int) -> None:
-        if count > self.options.max_client_batch_size:
-            raise validation(f"batch size {count} > maximum allowed batch size {self.options.max_client_batch_size}",
-                             failure="batch_size")
+    async def parse(self, request: Request, parser):
+        """The body read as `parser` reads a JSON object (requests.py), on a worker thread when
+        it is large (checking 500,000 ids is tens of milliseconds)."""
+        return await self.parse_bytes(await self.body(request), parser)
 
-    async def encode(self, handled: Handled, served: ServedModel, inputs: list, options: TextOptions,
-                     pairs: list | None = None, late_kind: str | None = None) -> Encoded:
-        """The inputs as validated token ids; with late_kind ("query" / "document"), as a
-        late-interaction model reads them (served.encode_late)."""
-        start = time.perf_counter()
-        truncate = self.options.auto_truncate if options.truncate is None else options.truncate
-        chars = sum(len(x) for x in inputs if isinstance(x, str)) + sum(len(p) for p in pairs or () if p)
-        call = (lambda: served.encode_late(inputs, late_kind)) if late_kind is not None else (
-            lambda: served.encode(inputs, truncate=truncate, direction=options.direction,
-                                  prompt_name=options.prompt_name, pairs=pairs))
-        handled.tokenization_at = start
-        encoded = call() if chars <= INLINE_CHARS else await asyncio.to_thread(call)
-        handled.tokenization_s = time.perf_counter() - start
-        handled.chars = chars
-        handled.tokens = encoded.tokens
-        self.metrics.input_lengths(served.name, (len(s) for s in encoded.ids))
-        return encoded
+    async def parse_bytes(self, raw: bytes, parser):
+        work = lambda: parser(parse_json(raw))  # noqa: E731
+        return work() if len(raw) <= INLINE_BODY else await asyncio.to_thread(work)
 
-    async def submit(self, request: Request, handled: Handled, served: ServedModel, output: str,
-                     encoded: Encoded) -> list:
-        """The outputs, one per input; ClientGone (the job dropped from the queue) when the
-        client disconnects first."""
-        job = asyncio.ensure_future(self.batchers[served.name].submit(output, encoded))
-        watcher = asyncio.ensure_future(_disconnect(request))
-        try:
-            await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-        if not job.done():
-            job.cancel()
-            raise ClientGone
-        handled.done = job.result()
-        return handled.done.outputs
+    def served(self, handled: Handled, name: str | None, method: str = "batch") -> ServedModel:
+        """The request's model (handled.model), its method label set for the operation."""
+        handled.model = self.model(name)
+        handled.method, handled.counted = method, True
+        return handled.model
 
     def route(self, path: str, handler, methods=("POST",), openai: bool = False) -> Route:
         async def traced(request: Request) -> Response:
-            handled = Handled(self, path)
+            handled = Handled(self, path, request)
             response = await endpoint(request, handled)
             if self.tracing is not None:
                 self.tracing.record(path, handled, request.headers, response.status_code)
@@ -165,32 +138,37 @@ class ServeApp:
                     raise ServeError("missing or wrong API key: send \"Authorization: Bearer KEY\"", "unauthorized")
                 response = await handler(request, handled)
                 name = handled.model.name if handled.model else name
-                if handled.method:
+                if handled.counted:
                     self.metrics.count("te_request_success", name, method=handled.method)
                     self.metrics.duration("te_request_duration", name, time.perf_counter() - handled.start)
                     self.metrics.duration("te_request_tokenization_duration", name, handled.tokenization_s)
-                    if handled.done:
-                        self.metrics.duration("te_request_queue_duration", name, handled.done.queue_s)
-                        self.metrics.duration("te_request_inference_duration", name, handled.done.inference_s)
+                    if handled.ran:
+                        self.metrics.duration("te_request_queue_duration", name, handled.queue_s)
+                        self.metrics.duration("te_request_inference_duration", name, handled.inference_s)
                 return response
             except ServeError as exc:
                 name = handled.model.name if handled.model else name
                 self.metrics.failure(name, exc.failure)
-                return JSONResponse(exc.openai_body() if openai else exc.body(), exc.status)
+                return JSONResponse(exc.openai_body() if openai else exc.body(), exc.status,
+                                    {"x-request-id": handled.id})
             except (ClientGone, ClientDisconnect):
                 self.metrics.failure(handled.model.name if handled.model else name, "dropped")
                 return Response(status_code=499)  # nobody reads it: nginx's "client closed request"
-            except Exception as exc:  # a bug: say so in the usual shape rather than a bare 500 page
-                logger.exception("%s failed", path)
+            except Exception:  # a bug: logged once under the request id the answer carries
+                logger.exception("request %s to %s failed", handled.id, path)
                 self.metrics.failure(handled.model.name if handled.model else name, "internal")
-                body = {"error": f"internal error: {type(exc).__name__}: {exc}", "error_type": "backend"}
-                return JSONResponse({"message": body["error"], "code": 500, "type": "backend"} if openai else body, 500)
+                message = f"internal error; the server's log names it by request id {handled.id}"
+                body = ({"message": message, "code": 500, "type": "backend", "request_id": handled.id} if openai
+                        else {"error": message, "error_type": "backend", "request_id": handled.id})
+                return JSONResponse(body, 500, {"x-request-id": handled.id})
 
         return Route(path, traced, methods=list(methods))
 
-    def json(self, handled: Handled, content, status: int = 200) -> Response:
-        return Response(json.dumps(content, separators=(",", ":")), status, handled.headers(),
-                        media_type="application/json")
+    async def json(self, handled: Handled, content) -> Response:
+        """`content` (numpy arrays allowed) as a JSON answer with TEI's headers, encoded on a
+        worker thread in pieces (outputs.json_bytes), so a 60 MB answer never holds the loop."""
+        body = await asyncio.to_thread(json_bytes, content)
+        return Response(body, 200, handled.headers(), media_type="application/json")
 
 
 async def _disconnect(request: Request) -> None:

@@ -26,6 +26,7 @@ goes on with the next one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,9 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.batching import length_batches
-from .errors import ServeError, backend
+from .errors import backend, overloaded, unhealthy
 from .metrics import Metrics
-from .model import Encoded, ServedModel
+from .encoding import Encoded
 
 # a round holds up to this many model calls' worth of tokens: enough to sort a burst of
 # concurrent requests by length, few enough that a request arriving after it starts waits little
@@ -76,7 +77,7 @@ class Done:
 
 
 class Batcher:
-    def __init__(self, model: ServedModel, metrics: Metrics, *, max_batch_tokens: int, max_wait_ms: float,
+    def __init__(self, model, metrics: Metrics, *, max_batch_tokens: int, max_wait_ms: float,
                  max_concurrent_requests: int):
         self.model = model
         self.metrics = metrics
@@ -85,7 +86,7 @@ class Batcher:
         self.max_concurrent_requests = max_concurrent_requests
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
-        self._pending = 0  # jobs submitted and not yet answered
+        self._pending = 0  # requests admitted and not yet answered
         self._last_round = 0  # jobs in the previous round: more than one means concurrent clients
         self._closing = False
         self.rounds = 0  # rounds started so far
@@ -108,18 +109,27 @@ class Batcher:
             await self._task
         self._executor.shutdown(wait=True)
 
-    async def submit(self, output: str, encoded: Encoded) -> Done:
-        """Queue a request's sequences; its outputs once every one has run. 429 when
-        max_concurrent_requests jobs are pending, 503 when the worker is down."""
+    @contextlib.contextmanager
+    def admit(self):
+        """A request counted against max_concurrent_requests from admission (before its
+        tokenization) until its answer: 429 when that many are admitted, 503 when the worker is
+        down. Every caller of ``submit`` holds one."""
         if not self.healthy:
-            raise ServeError(f"model {self.model.name!r} is not serving (shutting down, or its worker stopped)",
-                             "unhealthy")
+            raise unhealthy(self.model.name)
         if self._pending >= self.max_concurrent_requests:
-            raise ServeError(f"model {self.model.name!r} is overloaded: {self._pending} requests are queued or "
-                             f"running (--max-concurrent-requests {self.max_concurrent_requests}); retry later",
-                             "overloaded")
-        job = Job(output, encoded, asyncio.get_running_loop().create_future(), queued_round=self.rounds)
+            raise overloaded(self.model.name, self._pending, self.max_concurrent_requests)
         self._pending += 1
+        try:
+            yield
+        finally:
+            self._pending -= 1
+
+    async def submit(self, output: str, encoded: Encoded) -> Done:
+        """Queue a request's sequences (admitted by ``admit``); its outputs once every one has
+        run. 503 when the worker is down."""
+        if not self.healthy:
+            raise unhealthy(self.model.name)
+        job = Job(output, encoded, asyncio.get_running_loop().create_future(), queued_round=self.rounds)
         try:
             self._queue.put_nowait(job)
             self.metrics.queue_size(self.model.name, self._queue.qsize())
@@ -128,7 +138,6 @@ class Batcher:
             return Done(outputs, started - job.queued_at, job.inference_s, job.rounds, job.queued_at, started,
                         job.answered_at)
         finally:
-            self._pending -= 1
             if not job.future.done():  # the caller was cancelled (its client left): drop the job
                 job.future.cancel()
 

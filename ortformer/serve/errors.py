@@ -1,27 +1,27 @@
-"""The HTTP errors of `ortformer serve`, with text-embeddings-inference's codes and types.
+"""The HTTP errors of `ortformer serve`, with text-embeddings-inference 1.9's codes and types.
 
 TEI answers every error with a JSON body ``{"error": message, "error_type": type}`` (the
 OpenAI route with ``{"message", "code", "type"}``) and maps its error types to statuses
 (router/src/http/server.rs, ``From<&ErrorType> for StatusCode``):
 
-    validation  413  too many inputs (--max-client-batch-size), an input longer than the
-                     model takes without truncate, an unknown prompt name
-    empty       400  an empty batch or an empty input
+    validation  422  a body that is not the route's request, too many inputs
+                     (--max-client-batch-size), an input longer than the model takes without
+                     truncate, an unknown prompt name, a field out of range
+    empty       400  an empty batch or an empty text
     tokenizer   422  the tokenizer failed
-    overloaded  429  the queue is full (--max-concurrent-requests)
+    overloaded  429  the model is full (--max-concurrent-requests)
     backend     424  the model failed, or cannot serve the route (/rerank on an embedder)
     unhealthy   503  /health while a model's worker is down
 
-TEI's JSON extractor answers a body that is not the route's request (a missing field, a
-wrong type, an unknown enum value) with 422; so does ortformer, with error_type "validation".
-Beyond TEI: a body over --payload-limit is 413 "validation" (TEI's body limit sends 413 as
-plain text) and a missing or wrong API key 401 "unauthorized".
+Beyond TEI's types: a body over --payload-limit is 413 "validation" (TEI's body limit answers
+413), a missing or wrong API key 401 "unauthorized", an unknown route or method 404 / 405
+"validation", and a bug 500 "backend" carrying the request id that the log names.
 """
 from __future__ import annotations
 
 from ..errors import OrtformerError
 
-STATUS = {"validation": 413, "empty": 400, "tokenizer": 422, "overloaded": 429, "backend": 424,
+STATUS = {"validation": 422, "empty": 400, "tokenizer": 422, "overloaded": 429, "backend": 424,
           "unhealthy": 503, "unauthorized": 401}
 
 
@@ -43,14 +43,19 @@ class ServeError(OrtformerError):
         return {"message": str(self), "code": self.status, "type": self.error_type}
 
 
-def bad_request(message: str) -> ServeError:
-    """A body that is not the route's request: 422, as TEI's JSON extractor answers."""
-    return ServeError(message, "validation", status=422, failure="validation")
-
-
 def validation(message: str, failure: str = "validation") -> ServeError:
-    """One of TEI's validation errors: 413."""
+    """One of TEI 1.9's validation errors (a body that is not the route's request, a value out
+    of range, too many inputs, an over-long input): 422."""
     return ServeError(message, "validation", failure=failure)
+
+
+# the name the request parsers use: a body that is not the route's request
+bad_request = validation
+
+
+def too_large(message: str) -> ServeError:
+    """A body over --payload-limit: 413, as TEI's body limit answers."""
+    return ServeError(message, "validation", status=413, failure="payload_limit")
 
 
 def empty(message: str) -> ServeError:
@@ -64,3 +69,12 @@ def backend(message: str, failure: str = "inference") -> ServeError:
 def cannot_serve(model: str, route: str, why: str) -> ServeError:
     """A route this model cannot answer: TEI's 424 "backend" (its model_type check)."""
     return ServeError(f"model {model!r} cannot serve {route}: {why}", "backend", failure="model_type")
+
+
+def overloaded(model: str, pending: int, limit: int) -> ServeError:
+    return ServeError(f"model {model!r} is overloaded: {pending} requests are admitted and not yet answered "
+                      f"(--max-concurrent-requests {limit}); retry later", "overloaded")
+
+
+def unhealthy(model: str) -> ServeError:
+    return ServeError(f"model {model!r} is not serving (shutting down, or its worker stopped)", "unhealthy")

@@ -1,31 +1,67 @@
-"""One served model: its Runtime, its tokenizer, what it can answer, and requests turned
-into validated token-id sequences (the queue then batches them into Runtime.embed calls)."""
+"""One served model and its operations, whatever the transport (HTTP routes, gRPC, a Python
+caller): embed, embed_sparse, embed_all, predict, rerank, similarity, tokenize, decode.
+
+Each operation takes already-parsed arguments (texts or token-id arrays, TextOptions, flags),
+applies the model's rules once (what output a kind of model gives, no normalize on SPLADE,
+`dimensions`, prompts, truncation, --max-client-batch-size), is admitted against
+--max-concurrent-requests before any tokenization, tokenizes on a worker thread (never the
+event loop: the tokenizer's lock may be held for seconds by a 2 MB text), queues its
+sequences with the model's Batcher, and returns numpy arrays or plain values; a problem is a
+ServeError with TEI's type. Transports parse, call, and format. The model's Batcher, metrics
+and limits are attached by the app that serves it (``attach``).
+"""
 from __future__ import annotations
 
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import numpy as np
 
 from .. import contract
-from ..errors import InputError, ModelFileError
+from ..errors import ModelFileError
 from ..runtime import Runtime
+from .encoding import Encoded, TextSide
 from .errors import ServeError, bad_request, cannot_serve, validation
+from .outputs import lexical_rows, pool_rows, scores, shape_embeddings, sparse_rows
+
+__all__ = ["Call", "ClientGone", "Encoded", "LATE_KINDS", "ServedModel", "TextOptions"]
+
+LATE_KINDS = ("query", "document")
+# threads per model that tokenize and decode (off the event loop)
+TOKENIZATION_THREADS = 2
 
 
 @dataclass
-class Encoded:
-    """A request's inputs as the model takes them: token ids (len_i,) int64 and, for text
-    pairs, their token types (None: zeros)."""
-    ids: list[np.ndarray]
-    types: list[np.ndarray | None]
-    # late interaction (runtime/late.py's prepare): each text's own attention (query expansion
-    # tokens may be unattended) and the tokens whose vectors it keeps; None for other models
-    attention: list[np.ndarray] | None = None
-    keep: list[np.ndarray] | None = None
+class TextOptions:
+    """What every tokenizing operation shares."""
+    truncate: bool | None = None  # None: --auto-truncate decides
+    direction: str | None = None  # "left" / "right"; None: the tokenizer's own side
+    prompt_name: str | None = None
+    model: str | None = None
 
-    @property
-    def tokens(self) -> int:
-        return sum(len(s) for s in self.ids)
+
+class ClientGone(Exception):
+    """The caller left (its connection closed) before its answer was ready."""
+
+
+class Call:
+    """One request as the operations record it: TEI's method label ("single" or "batch"), its
+    characters and tokens, where its time went, and ``gone``, an awaitable factory that returns
+    when the caller leaves (the job is then dropped from the queue; None: never watched)."""
+
+    def __init__(self, method: str = "batch", gone: Callable[[], Awaitable] | None = None):
+        self.method = method
+        self.gone = gone
+        self.chars = self.tokens = 0
+        self.tokenization_s = self.queue_s = self.inference_s = 0.0
+        self.ran = False  # the model ran for it (queue and inference times are its own)
+        # for tracing: perf_counter() at its start and its first tokenization, and the batcher's Done
+        self.start = time.perf_counter()
+        self.tokenization_at: float | None = None
+        self.done = None
 
 
 def _kind(runtime: Runtime) -> str:
@@ -39,37 +75,38 @@ def _kind(runtime: Runtime) -> str:
     return "embedding" if runtime.pools else "tokens"
 
 
-class ServedModel:
-    """A Runtime behind the routes. ``name`` is what requests and metrics call it."""
+class ServedModel(TextSide):
+    """A Runtime behind the transports. ``name`` is what requests and metrics call it."""
 
     def __init__(self, name: str, runtime: Runtime):
         if not runtime.config.takes_ids:
             raise ModelFileError(f"{runtime.path} takes float features (vocab_size=0); serve needs a token-id "
                                  "model with a tokenizer")
-        self.name = name
-        self.runtime = runtime
+        super().__init__(name, runtime)
         self.kind = _kind(runtime)
-        self.max_input_length: int = runtime.text_max_length
-        self.encoder = None
-        if runtime.tokenizer_path() is not None:
-            from ..text import TextEncoder
-
-            self.encoder = TextEncoder(runtime.tokenizer_path(), runtime.text_lowercase)
         # ColBERT / bge-m3: per-token vectors or lexical weights, read through runtime/late.py
         self.late_interaction = bool({contract.TOKEN_EMBEDDINGS, contract.SPARSE} & set(runtime.output_names))
         self.labels = runtime.labels or [f"LABEL_{i}" for i in range(runtime.config.num_labels)]
+        self.batcher = self.metrics = None
+        # tokenization's own threads: the tokenizer's lock serializes most of it, and admitted
+        # requests waiting for it must not hold the threads that parse bodies and encode answers
+        self._tokenizing = ThreadPoolExecutor(TOKENIZATION_THREADS, thread_name_prefix=f"ortformer-tokenize-{name}")
+        self.auto_truncate, self.max_client_batch_size = False, 32
+
+    def attach(self, batcher, metrics, *, auto_truncate: bool, max_client_batch_size: int) -> None:
+        """The Batcher that runs this model, the Metrics it counts in, and the server's limits."""
+        self.batcher, self.metrics = batcher, metrics
+        self.auto_truncate, self.max_client_batch_size = auto_truncate, max_client_batch_size
 
     # what each route needs of the model ------------------------------------------------------
 
     def require(self, route: str) -> str:
         """The output `route` reads, or 424 when this model has none to give."""
         kind = self.kind
-        if kind in ("classifier", "reranker") and route.startswith(("/embed", "/v1")):
+        if kind in ("classifier", "reranker") and route.startswith(("/embed", "/v1/embeddings", "/similarity")):
             raise cannot_serve(self.name, route, f"it is a {kind}, not an embedding model; use /predict"
                                + (" or /rerank" if kind == "reranker" else ""))
-        if route == "/v1/embeddings" and kind == "sparse":  # it normalizes, which TEI refuses for SPLADE
-            raise cannot_serve(self.name, route, "it is a SPLADE model; use /embed_sparse")
-        if route in ("/embed", "/v1/embeddings"):
+        if route in ("/embed", "/similarity"):
             if not self.runtime.pools:
                 raise cannot_serve(self.name, route, "it gives no pooled sentence_embedding; use /embed_all")
             return contract.SENTENCE_EMBEDDING
@@ -106,104 +143,183 @@ class ServedModel:
     def dtype(self) -> str:
         return "int8" if contract.META_INT8 in self.runtime.metadata else str(self.runtime.parity.get("dtype", "float32"))
 
-    # requests -> sequences ---------------------------------------------------------------------
+    # the steps every operation shares ------------------------------------------------------------
 
-    def _encoder(self):
-        if self.encoder is None:
-            why = self.runtime.text_problem or "the model names no tokenizer in its metadata"
-            raise cannot_serve(self.name, "text inputs", f"{why}; send token ids instead")
-        return self.encoder
+    def _begin(self, call: Call, count: int) -> None:
+        """Counts the request as TEI does (te_request_count by method) and checks
+        --max-client-batch-size (422)."""
+        self.metrics.count("te_request_count", self.name, method=call.method)
+        if count > self.max_client_batch_size:
+            raise validation(f"batch size {count} > maximum allowed batch size {self.max_client_batch_size}",
+                             failure="batch_size")
 
-    def prompt(self, name: str | None) -> str:
-        """The prompt text for `name` (None: the model's default prompt), or 413 (TEI's
-        validation) naming the valid ones."""
-        if name not in (None, "") and name not in self.runtime.prompts:
-            valid = ", ".join(repr(p) for p in sorted(self.runtime.prompts)) or "none (the model records no prompts)"
-            raise validation(f"prompt_name={name!r} is not a prompt of model {self.name!r}; valid: {valid}")
-        return self.runtime.prompt_text(name)
-
-    def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
-               pairs: list[str | None] | None = None) -> Encoded:
-        """Texts (with their pairs, if any) and token-id lists as sequences of at most
-        max_input_length tokens: longer ones are cut at `direction`'s end ("left" / "right";
-        None: the tokenizer's own side) when `truncate`, else refused (413, TEI's validation)."""
-        limit = self.max_input_length
-        ids: list = [None] * len(inputs)
-        types: list = [None] * len(inputs)
-        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
-        if any(inputs[i] == "" for i in texts):
-            raise validation("`inputs` cannot be empty: an input is an empty text")
-        if texts:
-            encoder = self._encoder()
-            prefix = self.prompt(prompt_name) if pairs is None else ""
-            with_types = contract.TOKEN_TYPE_IDS in self.runtime.input_names
-            groups = [[i for i in texts if pairs is None or pairs[i] is None]]
-            if pairs is not None:
-                groups.append([i for i in texts if pairs[i] is not None])
-            for group in filter(None, groups):
-                second = None if pairs is None or pairs[group[0]] is None else [pairs[i] for i in group]
-                try:
-                    rows, row_types, cut = encoder.encode_rows([prefix + inputs[i] for i in group], limit, second,
-                                                               direction or encoder.truncation_side)
-                except InputError as exc:
-                    raise ServeError(f"tokenization failed: {exc}", "tokenizer", failure="tokenization") from None
-                if any(cut) and not truncate:
-                    self._too_long(group[cut.index(True)])
-                for i, row, row_type in zip(group, rows, row_types):
-                    ids[i] = np.asarray(row, np.int64)
-                    types[i] = np.asarray(row_type, np.int64) if second is not None and with_types else None
-                    if ids[i].max() >= self.runtime.config.vocab_size:  # an added token the model never learned
-                        raise ServeError(f"input {i} holds a token (id {int(ids[i].max())}) past the model's "
-                                         f"vocabulary of {self.runtime.config.vocab_size}", "tokenizer",
-                                         failure="tokenization")
-        for i, x in enumerate(inputs):
-            if not isinstance(x, str):
-                ids[i] = self._checked_ids(i, x, truncate, direction)
-        return Encoded(ids, types)
-
-    def encode_late(self, inputs: list, kind: str) -> Encoded:
-        """Texts as a late-interaction model reads them (runtime/late.py's prepare): the query or
-        document marker, a query expanded to the query length, a document cut to its length, the
-        vectors a text keeps. Lengths are the model's own, so `truncate` does not apply."""
-        from ..late import LateInteraction
-        from ..runtime.late import prepare
-
-        if not all(isinstance(x, str) for x in inputs):
-            raise validation(f"model {self.name!r} is a late-interaction model: its inputs are texts, not token ids")
-        if any(x == "" for x in inputs):
-            raise validation("`inputs` cannot be empty: an input is an empty text")
+    async def _off_loop(self, call: Call, work: Callable, *inputs) -> object:
+        """work() on one of the model's tokenization threads (it may wait for the tokenizer's
+        lock), timed."""
+        start = time.perf_counter()
+        call.tokenization_at = call.tokenization_at or start
+        call.chars += sum(len(x) for group in inputs for x in group or () if isinstance(x, str))
         try:
-            ids, attention, keep = prepare(self._encoder(), inputs, self.runtime.late or LateInteraction(), kind,
-                                           self.max_input_length, self.runtime.config.max_sequence)
-        except InputError as exc:
-            raise ServeError(f"tokenization failed: {exc}", "tokenizer", failure="tokenization") from None
-        return Encoded(ids, [None] * len(ids), attention, keep)
+            return await asyncio.get_running_loop().run_in_executor(self._tokenizing, work)
+        finally:
+            call.tokenization_s += time.perf_counter() - start
 
-    def _too_long(self, index: int):
-        raise validation(f"input {index} is longer than the model's max_input_length={self.max_input_length} tokens; "
-                         "send \"truncate\": true, or start the server with --auto-truncate")
+    async def _encode(self, call: Call, inputs: list, options: TextOptions, pairs: list | None = None,
+                      late_kind: str | None = None) -> Encoded:
+        """The inputs as validated token ids; with late_kind ("query" / "document"), as a
+        late-interaction model reads them (encode_late)."""
+        truncate = self.auto_truncate if options.truncate is None else options.truncate
+        work = (lambda: self.encode_late(inputs, late_kind)) if late_kind is not None else (
+            lambda: self.encode(inputs, truncate=truncate, direction=options.direction,
+                                prompt_name=options.prompt_name, pairs=pairs))
+        encoded = await self._off_loop(call, work, inputs, pairs)
+        call.tokens += encoded.tokens
+        self.metrics.input_lengths(self.name, (len(s) for s in encoded.ids))
+        return encoded
 
-    def _checked_ids(self, index: int, ids: np.ndarray, truncate: bool, direction: str | None) -> np.ndarray:
-        """Token ids (int64, as requests.py parsed them) as given, no special tokens added:
-        in [0, vocab_size), cut like a text."""
-        vocab = self.runtime.config.vocab_size
-        if ids.min() < 0 or ids.max() >= vocab:
-            raise bad_request(f"input {index}: token ids must be in [0, {vocab}) for model {self.name!r}")
-        if len(ids) > self.max_input_length:
-            if not truncate:
-                self._too_long(index)
-            ids = ids[-self.max_input_length:] if direction == "left" else ids[:self.max_input_length]
-        return ids
+    async def _run(self, call: Call, output: str, encoded: Encoded) -> list:
+        """The outputs, one per input; ClientGone (the job dropped from the queue) when the
+        caller leaves first."""
+        job = asyncio.ensure_future(self.batcher.submit(output, encoded))
+        if call.gone is not None:
+            watcher = asyncio.ensure_future(call.gone())
+            try:
+                await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+            if not job.done():
+                job.cancel()
+                raise ClientGone
+        done = await job
+        call.queue_s, call.inference_s, call.ran, call.done = done.queue_s, done.inference_s, True, done
+        return done.outputs
 
-    def tokens(self, texts: list[str], add_special_tokens: bool, prompt_name: str | None) -> list[list[dict]]:
-        """TEI's /tokenize: per text [{id, text, special, start, stop}]; a special token's text
-        is the token itself and its start / stop null, another's the characters it covers."""
-        prefix = self.prompt(prompt_name)
-        encoder = self._encoder()
-        texts = [prefix + t for t in texts]
-        out = []
-        for text, tokens in zip(texts, encoder.tokens(texts, add_special_tokens)):
-            out.append([{"id": i, "text": token, "special": True, "start": None, "stop": None} if special else
-                        {"id": i, "text": text[start:stop], "special": False, "start": start, "stop": stop}
-                        for i, token, special, start, stop in tokens])
-        return out
+    async def _outputs(self, call: Call, output: str, inputs: list, options: TextOptions, *, pairs=None,
+                       late_kind: str | None = None, counter: str = "te_embed") -> tuple[Encoded, list]:
+        """Admitted (429 past --max-concurrent-requests), tokenized, run: (encoded, outputs)."""
+        with self.batcher.admit():
+            encoded = await self._encode(call, inputs, options, pairs, late_kind)
+            outputs = await self._run(call, output, encoded)
+        self.metrics.count(f"{counter}_count", self.name, len(inputs))
+        self.metrics.count(f"{counter}_success", self.name, len(inputs))
+        self.metrics.duration(f"{counter}_duration", self.name, call.queue_s + call.inference_s)
+        return encoded, outputs
+
+    # operations ----------------------------------------------------------------------------------
+
+    async def embed(self, inputs: list, options: TextOptions, *, normalize: bool = True,
+                    dimensions: int | None = None, call: Call | None = None, route: str = "/embed") -> np.ndarray:
+        """(n, dimensions or S) float32 pooled embeddings of texts or token-id arrays: the first
+        `dimensions` features, then x / ||x|| when `normalize` (refused for SPLADE, as TEI).
+        Without `normalize` it is the pooled vector before any normalization, also for a model
+        whose graph normalizes (pooled from its token states: outputs.pool_rows)."""
+        call = call or Call()
+        self._begin(call, len(inputs))
+        output = self.require("/embed")
+        if normalize and self.kind == "sparse":
+            raise ServeError(f"`normalize` is not available for SPLADE models, and {route} normalizes: send "
+                             "\"normalize\": false to /embed, or use /embed_sparse", "backend", failure="model_type")
+        width = self.runtime.config.sentence_size
+        if dimensions is not None and dimensions > width:
+            raise bad_request(f"dimensions={dimensions} is more than model {self.name!r} gives ({width}); "
+                              f"valid: 1 to {width}")
+        cfg = self.runtime.config
+        if normalize or not cfg.normalize_embeddings:
+            _, vectors = await self._outputs(call, output, inputs, options)
+            return shape_embeddings(np.stack(vectors), dimensions, normalize)
+        # the graph normalizes inside: TEI's normalize=false is the pooled vector before it,
+        # pooled here from the same token states (its unit vector is the graph's own output)
+        if cfg.sentence_dense is not None:
+            raise cannot_serve(self.name, route + " with normalize=false", "its file normalizes after a Dense "
+                               "head and gives no vector before the normalization; send \"normalize\": true")
+        _, states = await self._outputs(call, contract.LAST_HIDDEN_STATE, inputs, options)
+        pooled = pool_rows(states, cfg.pooling)[:, :cfg.sentence_size]  # truncate_dim, as the graph's output
+        return shape_embeddings(pooled, dimensions, False)
+
+    async def embed_sparse(self, inputs: list, options: TextOptions, *, late_kind: str | None = None,
+                           call: Call | None = None) -> list[list[dict]]:
+        """Per input [{"index": token id, "value": weight}] for each non-zero weight, ids
+        ascending: a SPLADE model's pooled weights, or a bge-m3 text's lexical weights."""
+        call = call or Call()
+        self._begin(call, len(inputs))
+        output = self.require("/embed_sparse")
+        if self.late_interaction:
+            from ..late import LateInteraction
+
+            encoded, weights = await self._outputs(call, output, inputs, options, late_kind=late_kind or "document")
+            skip = (self.runtime.late or LateInteraction()).sparse_skip
+            return [lexical_rows(w, ids, skip) for w, ids in zip(weights, encoded.ids)]
+        _, vectors = await self._outputs(call, output, inputs, options)
+        return sparse_rows(np.stack(vectors))
+
+    async def embed_all(self, inputs: list, options: TextOptions, *, late_kind: str | None = None,
+                        call: Call | None = None) -> list[np.ndarray]:
+        """Per input its (tokens, H) states: last_hidden_state of every kept token, or a
+        late-interaction model's token_embeddings read as `late_kind` ("query" / "document")."""
+        call = call or Call()
+        self._begin(call, len(inputs))
+        output = self.require("/embed_all")
+        if self.late_interaction:
+            encoded, tokens = await self._outputs(call, output, inputs, options, late_kind=late_kind or "document")
+            return [t[keep] for t, keep in zip(tokens, encoded.keep)]
+        if late_kind is not None:
+            raise bad_request(f"`kind` applies to late-interaction models (ColBERT, bge-m3); model {self.name!r} "
+                              "is not one: drop it")
+        _, tokens = await self._outputs(call, output, inputs, options)
+        return list(tokens)
+
+    async def predict(self, texts: list[str], options: TextOptions, *, pairs: list[str | None] | None = None,
+                      raw_scores: bool = False, call: Call | None = None) -> np.ndarray:
+        """(n, L) float64 scores over ``labels``: softmax (sigmoid for one label), or the raw
+        logits; a pair's second text joins its first by the tokenizer's pair template."""
+        call = call or Call()
+        self._begin(call, len(texts))
+        output = self.require("/predict")
+        _, logits = await self._outputs(call, output, texts, options, pairs=pairs, counter="te_predict")
+        return scores(np.stack(logits), raw_scores)
+
+    async def rerank(self, query: str, texts: list[str], options: TextOptions, *, raw_scores: bool = False,
+                     call: Call | None = None) -> np.ndarray:
+        """(n,) float64 scores of (query, text) pairs in the texts' order: sigmoid(logit), or the
+        logit with raw_scores. Both rerank shapes (TEI's, Cohere's) answer from these."""
+        call = call or Call()
+        self._begin(call, len(texts))
+        output = self.require("/rerank")
+        _, logits = await self._outputs(call, output, [query] * len(texts), options, pairs=list(texts),
+                                        counter="te_predict")
+        values = scores(np.stack(logits), raw_scores)[:, 0]
+        if np.isnan(values).any():  # as TEI: a NaN cannot be ranked
+            raise ServeError("a score is NaN", "backend")
+        return values
+
+    async def similarity(self, source: str, sentences: list[str], options: TextOptions, *,
+                         call: Call | None = None) -> np.ndarray:
+        """(n,) float64 cosine similarity of each sentence's embedding to the source's, as TEI's
+        /similarity: the pooled vectors unnormalized, a . b / (||a|| ||b||) (0 for a zero vector)."""
+        call = call or Call()
+        self._begin(call, len(sentences) + 1)
+        output = self.require("/similarity")
+        if self.kind == "sparse":
+            raise cannot_serve(self.name, "/similarity", "it is a SPLADE model")
+        _, vectors = await self._outputs(call, output, [source, *sentences], options)
+        matrix = np.stack(vectors).astype(np.float64)
+        norms = np.linalg.norm(matrix, axis=1)
+        dots = matrix[1:] @ matrix[0]
+        denominator = norms[1:] * norms[0]
+        return np.where(denominator > 0, dots / np.where(denominator > 0, denominator, 1.0), 0.0)
+
+    async def tokenize(self, texts: list[str], *, add_special_tokens: bool = True, prompt_name: str | None = None,
+                       call: Call | None = None) -> list[list[dict]]:
+        """TEI's tokens per text (TextSide.tokens), off the event loop."""
+        call = call or Call()
+        self._begin(call, len(texts))
+        with self.batcher.admit():
+            return await self._off_loop(call, lambda: self.tokens(texts, add_special_tokens, prompt_name), texts)
+
+    async def decode(self, ids: list[np.ndarray], *, skip_special_tokens: bool = True,
+                     call: Call | None = None) -> list[str]:
+        """Each id list's text (TextSide.decode_ids), off the event loop."""
+        call = call or Call()
+        self._begin(call, len(ids))
+        with self.batcher.admit():
+            return await self._off_loop(call, lambda: self.decode_ids(ids, skip_special_tokens))

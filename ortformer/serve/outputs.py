@@ -3,6 +3,7 @@ normalisation, sparse rows, classifier scores and quantized encodings (numpy onl
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 
@@ -23,6 +24,33 @@ def shape_embeddings(vectors: np.ndarray, dimensions: int | None, normalize: boo
         norms = np.linalg.norm(out.astype(np.float64), axis=1, keepdims=True)
         out = (out / np.where(norms > 0, norms, 1.0)).astype(np.float32)
     return out
+
+
+def pool_rows(states: list[np.ndarray], kind: str) -> np.ndarray:
+    """(n, F) float32 sentence vectors from each sequence's token states (len_i, F), all kept,
+    as the encoder's pool() computes them (models/encoder.py), sums in float64: mean
+    sum_i x_i / n; cls x_0; last x_{n-1}; max per feature; mean_sqrt_len sum_i x_i / sqrt(n);
+    weighted_mean sum_i (i + 1) x_i / sum_i (i + 1). What a model whose graph normalizes gives
+    before its normalization (when it has no Dense head): `normalize: false` reads this."""
+    rows = []
+    for x in states:
+        x64 = x.astype(np.float64)
+        n = len(x)
+        if kind == "cls":
+            row = x64[0]
+        elif kind == "last":
+            row = x64[-1]
+        elif kind == "max":
+            row = x64.max(axis=0)
+        elif kind == "weighted_mean":
+            weights = np.arange(1, n + 1, dtype=np.float64)
+            row = weights @ x64 / weights.sum()
+        elif kind in ("mean", "mean_sqrt_len"):
+            row = x64.sum(axis=0) / (np.sqrt(n) if kind == "mean_sqrt_len" else n)
+        else:
+            raise ValueError(f"pooling {kind!r} has no token-state form")
+        rows.append(row)
+    return np.stack(rows).astype(np.float32)
 
 
 def sparse_rows(vectors: np.ndarray) -> list[list[dict]]:
@@ -95,3 +123,60 @@ def encode_rows(vectors: np.ndarray, encoding_format: str) -> list:
         little = vectors.astype("<f4", copy=False)
         return [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
     return quantize(vectors, encoding_format).tolist()
+
+
+# json_bytes encodes lists of scalars or flat objects this many items per json.dumps call
+JSON_SLICE = 4096
+
+
+def json_bytes(value) -> bytes:
+    """``value`` (dicts, lists, numpy arrays and scalars) as compact ASCII JSON, encoded in
+    pieces: an array row by row, a long list JSON_SLICE items at a time. json's C encoder holds
+    the GIL for a whole call, so one call over a 60 MB answer would stall every other thread
+    (the event loop included) for seconds; between pieces the GIL is handed over as usual."""
+    out: list[str] = []
+    _emit(value, out)
+    return "".join(out).encode("ascii")
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_plain)
+
+
+def _nested(value) -> bool:
+    """Whether encoding `value` in one call could be large: it holds lists or arrays."""
+    if isinstance(value, dict):
+        return any(isinstance(v, (list, tuple, dict, np.ndarray)) for v in value.values())
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
+def _emit(value, out: list[str]) -> None:
+    if isinstance(value, np.ndarray):
+        if value.ndim <= 1:
+            out.append(_dumps(value.tolist()))
+            return
+        value = list(value)  # (n, ...) -> its n rows
+    if isinstance(value, dict):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(("," if i else "") + _dumps(str(key)) + ":")
+            _emit(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        if value and _nested(value[0]):
+            for i, item in enumerate(value):
+                if i:
+                    out.append(",")
+                _emit(item, out)
+        else:  # scalars or flat objects (tokens): a slice per call
+            out.append(",".join(_dumps(list(value[i:i + JSON_SLICE]))[1:-1] for i in range(0, len(value), JSON_SLICE)))
+        out.append("]")
+    else:
+        out.append(_dumps(value))

@@ -62,8 +62,9 @@ class Tracing:
         self.propagator = TraceContextTextMapPropagator()
 
     def record(self, route: str, handled, headers: Mapping[str, str], status: int) -> None:
-        """The spans of one answered request: `handled` is its app.Handled (start, tokenization,
-        its batcher.Done), `headers` its request headers (traceparent), `status` its HTTP status."""
+        """The spans of one answered request: `handled` is its model.Call (start, tokenization,
+        its batcher.Done; ``model`` when the transport names it), `headers` its request metadata
+        (traceparent), `status` its HTTP status (gRPC: the HTTP status its error maps to)."""
         if route in UNTRACED:
             return
         now = time.perf_counter()
@@ -73,13 +74,13 @@ class Tracing:
             return epoch + int(t * 1e9)
 
         parent = self.propagator.extract({"traceparent": headers["traceparent"]}) if "traceparent" in headers else None
-        done = handled.done
+        done, model = handled.done, getattr(handled, "model", None)
         attributes = {"http.route": route, "http.response.status_code": status,
                       "total_time": (now - handled.start) * 1e3, "tokenization_time": handled.tokenization_s * 1e3,
                       "queue_time": done.queue_s * 1e3 if done else 0.0,
                       "inference_time": done.inference_s * 1e3 if done else 0.0}
-        if handled.model is not None:
-            attributes["model"] = handled.model.name
+        if model is not None:
+            attributes["model"] = model.name
         root = self.tracer.start_span(ROUTE_SPANS.get(route, route.strip("/")), context=parent,
                                       kind=self.trace.SpanKind.SERVER, start_time=ns(handled.start), attributes=attributes)
         if status >= 500:
@@ -94,8 +95,7 @@ class Tracing:
                   tokens=handled.tokens, characters=handled.chars)
         if done is not None:
             child("queue", done.queued_at, done.started_at, rounds=done.rounds)
-            model_call = "predict" if handled.model is not None and handled.model.kind in ("classifier", "reranker") \
-                else "embed"
+            model_call = "predict" if model is not None and model.kind in ("classifier", "reranker") else "embed"
             child(model_call, done.started_at, done.answered_at, inference_time=done.inference_s * 1e3)
             child("response", done.answered_at, now)
         root.end(ns(now))

@@ -359,7 +359,7 @@ def test_serve_embed_all_gives_each_texts_kept_vectors(pylate):
         default = client.post("/embed_all", json={"inputs": DOCS[0]}).json()  # a document unless told
         close([np.array(default[0], np.float32)], rt.embed_texts(DOCS[:1], kind="document"))
         for body, code, match in (({"inputs": DOCS, "kind": "passage"}, 422, "query"),
-                                  ({"inputs": [[101, 102]]}, 413, "texts, not token ids")):
+                                  ({"inputs": [[101, 102]]}, 422, "texts, not token ids")):
             answer = client.post("/embed_all", json=body)
             assert answer.status_code == code and match in answer.json()["error"], answer.text
         for route in ("/embed", "/embed_sparse"):

@@ -1,5 +1,5 @@
-"""Every error code of the server, with TEI's JSON body: 400 empty, 401 API key, 413 payload,
-batch size and over-long input (TEI's "validation"), 422 a body that is not the request,
+"""Every error code of the server, with TEI 1.9's JSON body: 400 empty, 401 API key, 413 payload,
+422 batch size, over-long input and a body that is not the request (TEI's "validation"),
 424 a route the model cannot serve or a model failure, 429 a full queue, 503 unhealthy."""
 from __future__ import annotations
 
@@ -44,21 +44,22 @@ def test_api_key_guards_every_route_but_health_and_metrics(server, client):
     assert client.post("/embed", json={"inputs": "x"}).status_code == 200
 
 
-def test_limits_are_413_as_tei(client):
+def test_limits_are_tei_19s_codes(client):
     assert "payload-limit 4000" in error(client.post("/embed", json={"inputs": ["x" * 5000]}), 413, "validation")
-    message = error(client.post("/embed", json={"inputs": ["a"] * 5}), 413, "validation")
+    message = error(client.post("/embed", json={"inputs": ["a"] * 5}), 422, "validation")
     assert message == "batch size 5 > maximum allowed batch size 4"
     long = " ".join(["word"] * 40)  # past the 24 tokens the embedder takes
-    assert "truncate" in error(client.post("/embed", json={"inputs": [long]}), 413, "validation")
+    assert "truncate" in error(client.post("/embed", json={"inputs": [long]}), 422, "validation")
     assert client.post("/embed", json={"inputs": [long], "truncate": True}).status_code == 200
-    assert "'query'" in error(client.post("/embed", json={"inputs": "x", "prompt_name": "nope"}), 413, "validation")
+    assert "'query'" in error(client.post("/embed", json={"inputs": "x", "prompt_name": "nope"}), 422, "validation")
+    assert "empty" in error(client.post("/embed", json={"inputs": ["a", ""]}), 400, "empty")
 
 
 def test_auto_truncate_cuts_unless_the_request_says_not(runtimes):
     long = " ".join(["word"] * 40)
     with serving(runtimes, ["embedder"], auto_truncate=True) as running, httpx.Client(base_url=running.url) as c:
         assert c.post("/embed", json={"inputs": [long]}).status_code == 200
-        error(c.post("/embed", json={"inputs": [long], "truncate": False}), 413, "validation")
+        error(c.post("/embed", json={"inputs": [long], "truncate": False}), 422, "validation")
 
 
 def test_bodies_that_are_not_the_request_are_422(client):
@@ -81,7 +82,7 @@ def test_openai_route_answers_errors_in_its_shape(server, client):
     sdk = openai.OpenAI(base_url=f"{server.url}/v1", api_key="secret", max_retries=0)
     with pytest.raises(openai.APIStatusError) as caught:
         sdk.embeddings.create(input=["a"] * 5, model="embedder")
-    assert caught.value.status_code == 413
+    assert caught.value.status_code == 422
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).embeddings.create(input="a",
                                                                                                     model="embedder")

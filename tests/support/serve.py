@@ -35,12 +35,15 @@ def _export(folder: Path, name: str, **changes) -> Path:
 
 
 # name -> what to export: the embedder (mean pooling, prompts, 24-token texts), a reranker
-# (one label), a classifier (three named labels) and a SPLADE model (max over the masked-LM head)
+# (one label), a classifier (three named labels), a SPLADE model (max over the masked-LM head)
+# and an embedder whose graph normalizes
 MODELS = {
     "embedder": dict(pooling="mean", prompts=PROMPTS, text_max_length=24),
     "reranker": dict(classifier=Classifier(labels=1)),
     "classifier": dict(classifier=Classifier(labels=3), labels=["negative", "neutral", "positive"]),
     "splade": dict(pooling="splade_max", classifier=Classifier(labels=VOCAB, per_token=True)),
+    # a pipeline that normalizes inside the graph (all-MiniLM-L6-v2's Normalize module)
+    "normalizing": dict(pooling="weighted_mean", normalize_embeddings=True),
 }
 
 
