@@ -81,7 +81,7 @@ def _watch_parent(parent: int) -> None:
 
 
 def _worker(sock, specs: dict[str, Path], options: ServeOptions, run_kwargs: dict, messages, parent: int,
-            otlp_endpoint: str | None) -> None:
+            otlp_endpoint: str | None, grpc_port: int | None) -> None:
     """One worker process: load the models, serve the app on the shared socket until SIGTERM."""
     os.setpgrp()  # the terminal's Ctrl-C goes to the parent alone, which signals each worker once
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
@@ -95,6 +95,10 @@ def _worker(sock, specs: dict[str, Path], options: ServeOptions, run_kwargs: dic
         served = [ServedModel(name, load_runtime(path, options)) for name, path in specs.items()]
         app = with_pid_header(create_app(served, options))
         tracing = app.state.serve.tracing = traced(otlp_endpoint)
+        if grpc_port is not None:  # every worker binds the one gRPC port (SO_REUSEPORT)
+            from .grpc import with_grpc
+
+            app = with_grpc(app, sock.getsockname()[0], grpc_port, reuse_port=True)
     except Exception as exc:  # reported to the parent, which stops the start-up with it
         messages.put(("error", type(exc).__name__, str(exc)))
         return
@@ -119,10 +123,12 @@ def _error(name: str, message: str) -> Exception:
 
 def run_workers(specs: dict[str, Path], options: ServeOptions, workers: int, host: str = "127.0.0.1",
                 port: int = 8080, *, ready: Callable[[str, int], None] | None = None,
-                graceful_timeout: float | None = None, otlp_endpoint: str | None = None, **run_kwargs) -> None:
+                graceful_timeout: float | None = None, otlp_endpoint: str | None = None,
+                grpc_port: int | None = None, **run_kwargs) -> None:
     """Serve `specs` (name -> model file) with `workers` processes on host:port until SIGTERM
     or SIGINT, then drain them all and return. `run_kwargs` go to each worker's server.run
-    (log_level...); otlp_endpoint: each worker exports its spans there. ListenError when host:port cannot be bound; a worker's start-up error
+    (log_level...); otlp_endpoint: each worker exports its spans there; grpc_port: each also
+    serves gRPC there (the kernel spreads connections, as for HTTP). ListenError when host:port cannot be bound; a worker's start-up error
     (ModelFileError...) is raised here."""
     from prometheus_client import multiprocess
 
@@ -141,8 +147,9 @@ def run_workers(specs: dict[str, Path], options: ServeOptions, workers: int, hos
     procs: list = []
 
     def start():
-        proc = context.Process(target=_worker, args=(sock, specs, options, run_kwargs, messages, os.getpid(), otlp_endpoint),
-                               name="ortformer-serve-worker", daemon=False)
+        proc = context.Process(target=_worker, name="ortformer-serve-worker", daemon=False,
+                               args=(sock, specs, options, run_kwargs, messages, os.getpid(), otlp_endpoint,
+                                     grpc_port))
         proc.start()
         return proc
 

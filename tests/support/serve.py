@@ -86,15 +86,17 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(runtimes: dict, names: list[str], **options):
+def serving(runtimes: dict, names: list[str], wrap=None, **options):
     """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks them, the first the default)
-    on 127.0.0.1 and a free port, with ServeOptions(**options)."""
+    on 127.0.0.1 and a free port, with ServeOptions(**options); `wrap(app)` (e.g. with_grpc) is
+    what runs, and ``running.asgi`` the Starlette app."""
     import uvicorn
 
     from ortformer.serve import ServedModel, ServeOptions, create_app
     from ortformer.serve.server import bind
 
     app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
+    app = wrap(app) if wrap is not None else app
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -104,6 +106,7 @@ def serving(runtimes: dict, names: list[str], **options):
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
     running = Running(app.state.serve, server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}")
+    running.asgi = app
     try:
         yield running
     finally:
