@@ -136,7 +136,7 @@ def test_the_cli_serves_grpc_beside_http_and_drains_on_sigterm(runtimes):
     import re
     import signal
 
-    from support.serve import start
+    from support.serve import start_process as start
 
     runtimes["embedder"]
     process, url = start(str(runtimes.files["embedder"]), "--grpc-port", "0", "--api-key", KEY)

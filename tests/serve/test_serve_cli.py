@@ -2,20 +2,41 @@
 verb's one-line errors; the CPU count from affinity and the cgroup quota."""
 from __future__ import annotations
 
+import os
+import re
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ortformer.cli import cli
 from ortformer.serve import cpus
-from support.serve import count, start
 from support.torch_free import run_python
 
 httpx = pytest.importorskip("httpx")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start(*args: str) -> tuple[subprocess.Popen, str]:
+    """`ortformer serve ARGS --port 0` in a process; (process, its URL) once it listens."""
+    process = subprocess.Popen([sys.executable, "-m", "ortformer.cli", "serve", *args, "--port", "0"],
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    line = process.stderr.readline()  # the one line it prints once listening
+    match = re.search(r"listening on (http://\S+)", line)
+    if match is None:
+        process.kill()
+        pytest.fail(f"the server did not start: {line}{process.stderr.read()}")
+    return process, match.group(1)
+
+
+def count(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
 def test_sigterm_answers_open_requests_then_exits_0(runtimes):

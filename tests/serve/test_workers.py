@@ -14,7 +14,7 @@ import pytest
 from ortformer.serve.options import ServeOptions
 from ortformer.serve.workers import worker_threads
 
-from support.serve import count, start
+from support.serve import count, start_process as start
 
 httpx = pytest.importorskip("httpx")
 

@@ -20,6 +20,7 @@ pytest.importorskip("uvicorn")
 from ortformer.config import Classifier, preset  # noqa: E402
 from support.text_models import minilm_tokenizer  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
 VOCAB = 30522  # BERT's, the MiniLM tokenizer's ids
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 
@@ -114,18 +115,21 @@ def serving(runtimes: dict, names: list[str], wrap=None, **options):
         sock.close()
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def start(*args: str) -> tuple[subprocess.Popen, str]:
-    """`ortformer serve ARGS --port 0` in a process; (process, its URL) once it listens."""
+def start_process(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`ortformer serve ARGS --port 0` in a process (its stdout, where uvicorn's access log goes,
+    and stderr text pipes); (process, its URL) once it listens."""
     process = subprocess.Popen([sys.executable, "-m", "ortformer.cli", "serve", *args, "--port", "0"],
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    line = process.stderr.readline()  # the one line it prints once listening
-    match = re.search(r"listening on (http://\S+)", line)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)})
+    seen = []
+    for _ in range(100):  # the line it prints once listening; at --log-level info, uvicorn's before it
+        seen.append(process.stderr.readline())
+        match = re.search(r"listening on (http://\S+)", seen[-1])
+        if match is not None or not seen[-1]:
+            break
     if match is None:
         process.kill()
-        pytest.fail(f"the server did not start: {line}{process.stderr.read()}")
+        pytest.fail(f"the server did not start: {''.join(seen)}{process.stderr.read()}")
     return process, match.group(1)
 
 
