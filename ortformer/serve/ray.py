@@ -15,7 +15,8 @@ its own token-budget batcher. ``args``:
   fetched into the Hugging Face hub cache (that file and the others of its folder, so the
   tokenizer its metadata names comes with it);
 - any ServeOptions field (``max_batch_tokens``, ``api_key``, ``max_concurrent_requests``...),
-  checked as the CLI checks its flags.
+  checked as the CLI checks its flags;
+- ``otlp_endpoint``: each replica exports OpenTelemetry spans there (tracing.py).
 
 ``max_ongoing_requests`` (Ray's per-replica admission, default 5) would starve the batcher:
 a round wants many requests to sort and batch. It defaults to ``ongoing_requests`` below;
@@ -58,13 +59,16 @@ def ongoing_requests(options: ServeOptions) -> int:
 
 
 def parse_args(args) -> tuple[dict[str, str], ServeOptions]:
-    """(name -> model, options) from the config's ``args``; InputError naming what is wrong."""
+    """(name -> model, options) from the config's ``args`` (otlp_endpoint aside: ``build``
+    reads it); InputError naming what is wrong."""
     if not isinstance(args, dict):
         raise InputError(f"ortformer.serve.ray:build takes a mapping of arguments, not {type(args).__name__}")
-    unknown = sorted(set(args) - OPTIONS - {"models"})
+    unknown = sorted(set(args) - OPTIONS - {"models", "otlp_endpoint"})
     if unknown:
         raise InputError(f"unknown argument(s) {', '.join(unknown)} for ortformer.serve.ray:build; valid: models, "
-                         + ", ".join(sorted(OPTIONS)))
+                         "otlp_endpoint, " + ", ".join(sorted(OPTIONS)))
+    if not isinstance(args.get("otlp_endpoint", ""), str):
+        raise InputError(f"otlp_endpoint must be a URL string, e.g. http://collector:4317; got {args['otlp_endpoint']!r}")
     models = args.get("models")
     if isinstance(models, str):
         models = [models]
@@ -82,7 +86,7 @@ def parse_args(args) -> tuple[dict[str, str], ServeOptions]:
             raise InputError(f"model name {name!r} is not valid: use letters, digits and . _ : / - (at most 128 "
                              "characters, starting with a letter or digit)")
     try:
-        options = ServeOptions(**{k: v for k, v in args.items() if k != "models"})
+        options = ServeOptions(**{k: v for k, v in args.items() if k not in ("models", "otlp_endpoint")})
     except TypeError as exc:
         raise InputError(f"ortformer.serve.ray:build: {exc}") from None
     return named, options
@@ -135,17 +139,21 @@ class OrtformerServer:
     """One replica: its models' Runtimes with the replica's threads, and the HTTP app over them
     (built by Serve after __init__, which runs the app's lifespan: the batchers start)."""
 
-    def __init__(self, models: dict[str, str], options: ServeOptions):
+    def __init__(self, models: dict[str, str], options: ServeOptions, otlp_endpoint: str | None = None):
         from .model import ServedModel
 
+        self.otlp_endpoint = otlp_endpoint
         self.options = options if options.threads else dataclasses.replace(options, threads=replica_threads())
         self.models = [ServedModel(name, load_runtime(resolve(model), self.options)) for name, model in models.items()]
 
     def __serve_build_asgi_app__(self):
         from .routes import create_app
+        from .tracing import traced
         from .workers import with_pid_header
 
-        return with_pid_header(create_app(self.models, self.options))
+        app = create_app(self.models, self.options)
+        app.state.serve.tracing = traced(self.otlp_endpoint)
+        return with_pid_header(app)
 
 
 def build(args: dict):
@@ -157,4 +165,5 @@ def build(args: dict):
         if not model.startswith("hf://") and not os.path.isfile(model):
             raise InputError(f"model {name!r}: {model} is not a file (a path every Ray node can read, or "
                              "hf://org/name/file.onnx)")
-    return OrtformerServer.options(max_ongoing_requests=ongoing_requests(options)).bind(models, options)
+    return OrtformerServer.options(max_ongoing_requests=ongoing_requests(options)).bind(
+        models, options, args.get("otlp_endpoint") or None)

@@ -22,6 +22,7 @@ Every answer carries ``x-ortformer-pid``, the id of the worker process that made
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import queue as queues
@@ -135,7 +136,7 @@ def run_workers(specs: dict[str, Path], options: ServeOptions, workers: int, hos
     from .server import bind
 
     sock = bind(host, port)
-    options = ServeOptions(**{**options.__dict__, "threads": worker_threads(options, workers)})
+    options = dataclasses.replace(options, threads=worker_threads(options, workers))
     folder = tempfile.mkdtemp(prefix="ortformer-serve-metrics-")
     previous = os.environ.get(MULTIPROC_ENV)
     os.environ[MULTIPROC_ENV] = folder  # the spawned workers inherit it before prometheus_client loads

@@ -150,6 +150,8 @@ def test_args_are_checked_before_any_replica_starts(tmp_path):
         parse_args({"models": []})
     with pytest.raises(InputError, match="is not a file"):
         build({"models": [str(tmp_path / "missing.onnx")]})
+    with pytest.raises(InputError, match="otlp_endpoint must be"):
+        parse_args({"models": "a.onnx", "otlp_endpoint": 4317})
     with pytest.raises(InputError, match="max_wait_ms"):
         parse_args({"models": "a.onnx", "max_wait_ms": -1})
     named, options = parse_args({"models": {"m": "hf://org/name/onnx/model.onnx@v1"}, "api_key": "k"})
