@@ -9,6 +9,8 @@ OpenAI's embeddings API, over the torch-free runtime (needs the ``serve`` extra)
 Layout: options (flags, CPU count in cpus), model (requests -> token ids), batcher (one queue
 and worker per model, Runtime.embed off the event loop), app and routes (HTTP), outputs
 (normalise, sparse, scores, quantize), metrics (Prometheus, TEI's names), errors (TEI's codes).
+Beyond one process: workers (--workers N on one port), ray (the Ray Serve application
+builder), grpc (TEI's tei.proto, --grpc-port), tracing (OpenTelemetry spans, --otlp-endpoint).
 """
 from ..errors import MissingExtraError
 
