@@ -2,7 +2,7 @@
 2 replicas), on the same model, texts, clients and total threads, in one run, loopback only.
 
     PYTHONPATH=. python benchmarks/serve_scale.py [--model my.onnx] [--clients 1,8,64] [--seconds 10]
-                                                  [--threads 2] [--batch 1] [--ray]
+                                                  [--threads 2] [--batch 1] [--ray] [--mixed 64]
 
 Setups (T = --threads, the onnxruntime threads all processes share out):
 - workers 1: `ortformer serve --threads T`;
@@ -12,7 +12,9 @@ Setups (T = --threads, the onnxruntime threads all processes share out):
 Each setup is driven by ortformer.bench.load (closed loop: `clients` clients, each with one
 request of --batch texts open) for --seconds per client count; rounds interleave the setups
 (--repeat) and each ratio to workers 1 is taken within a round, the median over rounds
-reported. Prints req/s, p50 and p99 per setup and client count. Without --model, the `small`
+reported. Prints req/s, p50 and p99 per setup and client count. --mixed N first measures one
+process under N clients sending one text each, lengths interleaved: p99 and worst latency per
+input-length bucket (the batcher's bound on a request's wait, docs/serve.md, made visible). Without --model, the `small`
 preset with random weights and the MiniLM tokenizer (as ray_vs_loop.py) is exported.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ortformer.bench.load import LoadPlan, load
@@ -52,6 +55,37 @@ def stop(process: subprocess.Popen) -> None:
         process.wait(60)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+async def _mixed(url: str, texts: list[str], tokens: list[int], clients: int, seconds: float) -> dict:
+    """Worst and p99 latency (ms) by input length under a mixed closed loop: `clients` clients
+    each send one text at a time, request i the i-th text (lengths interleave), for `seconds`."""
+    import asyncio
+
+    import httpx
+    import numpy as np
+
+    seen: list[tuple[int, float]] = []
+    state = {"next": 0}
+    deadline = time.perf_counter() + seconds
+    async with httpx.AsyncClient(timeout=120, trust_env=False,
+                                 limits=httpx.Limits(max_connections=clients)) as client:
+        async def one():
+            while time.perf_counter() < deadline:
+                i = state["next"] % len(texts)
+                state["next"] += 1
+                sent = time.perf_counter()
+                response = await client.post(f"{url}/embed", json={"inputs": texts[i]})
+                if response.status_code == 200:
+                    seen.append((tokens[i], (time.perf_counter() - sent) * 1e3))
+
+        await asyncio.gather(*(one() for _ in range(clients)))
+    out = {}
+    for low, high in ((0, 8), (8, 16), (16, 32), (32, 64), (64, 128), (128, 10 ** 6)):
+        ms = [t for n, t in seen if low < n <= high]
+        if ms:
+            out[f"{low + 1}-{high if high < 10 ** 6 else ''} tokens"] = (len(ms), float(np.percentile(ms, 99)), max(ms))
+    return out
 
 
 def start_ray(model: Path, replicas: int, threads: int) -> str:
@@ -85,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="texts per request")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--ray", action="store_true", help="also Ray Serve with 1 and 2 replicas")
+    parser.add_argument("--mixed", type=int, default=0, metavar="CLIENTS",
+                        help="also the worst wait by input length with this many clients of mixed lengths "
+                             "(one process only)")
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
     with tempfile.TemporaryDirectory() as folder:
@@ -104,6 +141,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.ray:
             setups += [(f"ray x{n}", lambda n=n: (None, start_ray(model, n, args.threads))) for n in (1, 2)]
         results: dict = {}
+        if args.mixed:
+            import asyncio
+
+            process, url = start_serve(model, 1, args.threads)
+            try:
+                waits = asyncio.run(_mixed(url, texts, tokens, args.mixed, args.seconds))
+            finally:
+                stop(process)
+            print(f"worst wait by input length, one process, {args.mixed} clients, {args.seconds:g} s:")
+            for bucket, (n, p99, worst) in waits.items():
+                print(f"  {bucket:<14} {n:>6} requests  p99 {p99:8.1f} ms  worst {worst:8.1f} ms")
         for round_ in range(args.repeat):
             for name, starter in setups:
                 process, url = starter()
