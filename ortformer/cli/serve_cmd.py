@@ -56,13 +56,22 @@ def limit_options(command):
               help="Read the API key from this file (one trailing newline is dropped).")
 @threads_option("onnxruntime threads per model [default: the CPUs this process may use: affinity and cgroup quota].")
 @click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True, help="Execution provider.")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Processes answering on the one port, each with its own sessions and batcher "
+                   "(--threads defaults to the CPUs / N); /metrics sums over them.")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None,
+              help="Also serve text-embeddings-inference's gRPC API (tei.proto) on this port, same host, "
+                   "batcher, limits and key (metadata 'authorization: Bearer KEY'); 0 picks a free port.")
+@click.option("--otlp-endpoint", envvar="OTLP_ENDPOINT", default=None, metavar="URL",
+              help="Export OpenTelemetry spans per request (OTLP over gRPC) to URL, e.g. http://localhost:4317 "
+                   "(or set OTLP_ENDPOINT, TEI's variable). Off by default.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True, help="uvicorn's log level ('info' logs each request).")
 @limit_options
 @click.pass_context
 def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms, max_client_batch_size,
                   payload_limit, max_concurrent_requests, auto_truncate, api_key, api_key_file, threads, provider,
-                  log_level, **limits):
+                  workers, grpc_port, otlp_endpoint, log_level, **limits):
     """Serve MODELS over HTTP: text-embeddings-inference's routes and OpenAI's /v1/embeddings.
 
     Routes: POST /embed, /embed_sparse, /embed_all, /rerank, /predict, /tokenize,
@@ -75,12 +84,15 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
     Examples:
       ortformer serve minilm.onnx --port 8080
       ortformer serve --model minilm=minilm.onnx --model rerank=reranker.onnx --api-key secret
+      ortformer serve minilm.onnx --workers 2
+      ortformer serve minilm.onnx --grpc-port 50051 --otlp-endpoint http://localhost:4317
       curl -s localhost:8080/embed -H 'Content-Type: application/json' -d '{"inputs": "a text"}'
     """
     from ..serve import ServedModel, ServeOptions, create_app, load_runtime, model_specs, run
     from ..serve.auth import check_key, read_key_file
     from ..serve.limits import Limits
     from ..serve.server import announce
+    from ..serve.tracing import traced
 
     quiet_onnxruntime(ctx)
     if api_key_file is not None:
@@ -103,8 +115,35 @@ def serve_command(ctx, models, named, host, port, max_batch_tokens, max_wait_ms,
                            max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
                            max_concurrent_requests=max_concurrent_requests, auto_truncate=auto_truncate,
                            api_key=api_key, threads=threads, provider=provider)
+    if workers > 1:  # each worker loads the models itself (serve/workers.py)
+        from ..serve.workers import run_workers
+
+        if grpc_port == 0:
+            raise click.UsageError("--grpc-port 0 with --workers: give a port the workers can share")
+        # each worker closes what is left at its own deadline; the parent kills a worker still
+        # alive a few seconds after that (a worker stuck in a model call)
+        return run_workers(specs, options, workers, host, port, log_level=log_level, ready=announce(list(specs)),
+                           otlp_endpoint=otlp_endpoint, grpc_port=grpc_port, limits=transport,
+                           graceful_timeout=transport.graceful_shutdown_timeout + 5)
     served = [ServedModel(name, load_runtime(path, options)) for name, path in specs.items()]
-    run(create_app(served, options), host, port, log_level=log_level, ready=announce(list(specs)), limits=transport)
+    app = create_app(served, options)
+    tracing = app.state.serve.tracing = traced(otlp_endpoint)
+    ready = announce(list(specs))
+    if grpc_port is not None:
+        from ..serve.grpc import with_grpc
+
+        app = with_grpc(app, host, grpc_port)
+        http_ready = ready
+
+        def ready(host_, port_):  # the HTTP line first: scripts wait for it
+            http_ready(host_, port_)
+            shown = f"[{host}]" if ":" in host else host
+            click.echo(f"ortformer serve: gRPC listening on {shown}:{app.state.grpc_port}", err=True)
+    try:
+        run(app, host, port, log_level=log_level, ready=ready, limits=transport)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 COMMANDS = [serve_command]

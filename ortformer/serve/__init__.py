@@ -14,6 +14,8 @@ batcher (one queue and worker per model, Runtime.embed off the event loop, admis
 pool, sparse, scores, quantize, JSON in pieces), server and limits (uvicorn with a bound on
 everything a connection holds; a bounded shutdown), auth (the API key), metrics (Prometheus,
 TEI's names), errors (TEI's codes).
+Beyond one process: workers (--workers N on one port), ray (the Ray Serve application
+builder), grpc (TEI's tei.proto, --grpc-port), tracing (OpenTelemetry spans, --otlp-endpoint).
 """
 from ..errors import require
 

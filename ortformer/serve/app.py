@@ -67,6 +67,7 @@ class ServeApp:
         for m in models:
             m.attach(self.batchers[m.name], self.metrics, auto_truncate=options.auto_truncate,
                      max_client_batch_size=options.max_client_batch_size)
+        self.tracing = None  # a tracing.Tracing (--otlp-endpoint): spans per request; None costs nothing
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
@@ -124,8 +125,14 @@ class ServeApp:
         return handled.model
 
     def route(self, path: str, handler, methods=("POST",), openai: bool = False) -> Route:
-        async def endpoint(request: Request) -> Response:
+        async def traced(request: Request) -> Response:
             handled = Handled(self, path, request)
+            response = await endpoint(request, handled)
+            if self.tracing is not None:
+                self.tracing.record(path, handled, request.headers, response.status_code)
+            return response
+
+        async def endpoint(request: Request, handled: Handled) -> Response:
             name = self.default.name
             try:
                 if not self.authorized(request):
@@ -158,7 +165,7 @@ class ServeApp:
                         else {"error": message, "error_type": "backend", "request_id": handled.id})
                 return JSONResponse(body, 500, {"x-request-id": handled.id})
 
-        return Route(path, endpoint, methods=list(methods))
+        return Route(path, traced, methods=list(methods))
 
     async def json(self, handled: Handled, content) -> Response:
         """`content` (numpy arrays allowed) as a JSON answer with TEI's headers, encoded on a

@@ -11,6 +11,14 @@ tokens (batch x its longest); each call is ``Runtime.embed`` on a worker thread,
 event loop. A job is answered as soon as its last sequence is done, so the short requests
 of a round (run first) do not wait for its long ones; results go back in the job's order.
 
+No request starves: the queue is first come, first served, and only a round's own jobs are
+sorted by length, so a long request behind a stream of short ones waits for the jobs queued
+before it (at most max_concurrent_requests, a bounded number of rounds) and then for its own
+round, never for shorts that came after it. A round ends only when it holds
+ROUND_BATCHES x max_batch_tokens tokens or the queue is empty, so a job's wait in rounds
+(rounds started between its queueing and its answer, its own included: ``Done.rounds``) is
+at most ceil(tokens queued ahead of it / (ROUND_BATCHES x max_batch_tokens)) + 1.
+
 A job whose client has gone (its future cancelled) is skipped, before its round and
 between the calls of a round. A call that fails answers its jobs with a 424 and the worker
 goes on with the next one.
@@ -42,6 +50,9 @@ class Job:
     encoded: Encoded
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
+    queued_round: int = 0  # Batcher.rounds when it was queued
+    rounds: int = 0  # rounds started between its queueing and its answer
+    answered_at: float = 0.0
     started_at: float | None = None
     inference_s: float = 0.0
     results: list = field(default_factory=list)
@@ -58,6 +69,11 @@ class Done:
     outputs: list
     queue_s: float
     inference_s: float
+    rounds: int = 0  # rounds started between its queueing and its answer (its own included)
+    # time.perf_counter() when it was queued, when its round started, when its last output came (tracing)
+    queued_at: float = 0.0
+    started_at: float = 0.0
+    answered_at: float = 0.0
 
 
 class Batcher:
@@ -73,6 +89,7 @@ class Batcher:
         self._pending = 0  # requests admitted and not yet answered
         self._last_round = 0  # jobs in the previous round: more than one means concurrent clients
         self._closing = False
+        self.rounds = 0  # rounds started so far
         # Runtime is thread-safe; one thread per model keeps its calls from competing for the cores
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ortformer-serve-{model.name}")
 
@@ -112,12 +129,14 @@ class Batcher:
         run. 503 when the worker is down."""
         if not self.healthy:
             raise unhealthy(self.model.name)
-        job = Job(output, encoded, asyncio.get_running_loop().create_future())
+        job = Job(output, encoded, asyncio.get_running_loop().create_future(), queued_round=self.rounds)
         try:
             self._queue.put_nowait(job)
             self.metrics.queue_size(self.model.name, self._queue.qsize())
             outputs = await job.future
-            return Done(outputs, (job.started_at or job.queued_at) - job.queued_at, job.inference_s)
+            started = job.started_at or job.queued_at
+            return Done(outputs, started - job.queued_at, job.inference_s, job.rounds, job.queued_at, started,
+                        job.answered_at)
         finally:
             if not job.future.done():  # the caller was cancelled (its client left): drop the job
                 job.future.cancel()
@@ -159,6 +178,7 @@ class Batcher:
             jobs.append(job)
             tokens += job.encoded.tokens
         self._last_round = len(jobs)
+        self.rounds += 1
         self.metrics.queue_size(self.model.name, self._queue.qsize())
         return jobs, False
 
@@ -211,6 +231,8 @@ class Batcher:
                 job.results[position] = out[row]
                 job.remaining -= 1
                 if job.remaining == 0:
+                    job.rounds = self.rounds - job.queued_round
+                    job.answered_at = time.perf_counter()
                     job.future.set_result(job.results)
 
     def _call(self, output: str, sequences: list, types: list | None, attention: list | None, tasks: list | None = None):

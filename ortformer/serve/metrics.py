@@ -6,8 +6,12 @@ appends ``_total`` to every counter; so counters are re-exposed under TEI's exac
 typed ``untyped`` (rate() and sum() work on them as on TEI's), and no ``_created`` series
 (TEI has none). Histograms use TEI's buckets.
 With several models every metric gets a ``model`` label (TEI serves one model, and has none).
+Under ``--workers N`` (PROMETHEUS_MULTIPROC_DIR set, workers.py) each worker writes its values
+to that folder and renders the sum over every worker (prometheus_client's multiprocess mode).
 """
 from __future__ import annotations
+
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import Metric
@@ -63,7 +67,14 @@ class Metrics:
         extra = ["model"] if self.labelled else []
         self._inner = CollectorRegistry(auto_describe=True)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_TeiNames(self._inner))
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one view over the workers' files
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            shared = CollectorRegistry(auto_describe=False)
+            MultiProcessCollector(shared)
+            self.registry.register(_TeiNames(shared))
+        else:
+            self.registry.register(_TeiNames(self._inner))
         reg = self._inner
         self._counters = {name: Counter(name, doc, labels + extra, registry=reg)
                           for name, (doc, labels) in COUNTERS.items()}
@@ -72,7 +83,9 @@ class Metrics:
         input_buckets = tuple(2.0 ** k for k in range(20) if 2 ** k <= max_input_length) or (1.0,)
         self._input_length = Histogram("te_request_input_length", "Tokens per input", extra,
                                        buckets=input_buckets, registry=reg)
-        self._queue_size = Gauge("te_queue_size", "Requests waiting in the queue", extra, registry=reg)
+        # livesum: the workers' queues added up, a dead worker's left out (multiprocess mode only)
+        self._queue_size = Gauge("te_queue_size", "Requests waiting in the queue", extra, registry=reg,
+                                 multiprocess_mode="livesum")
         self._batch_size = Histogram("te_batch_next_size", "Inputs per model call", extra,
                                      buckets=BATCH_SIZE_BUCKETS, registry=reg)
         self._batch_tokens = Histogram("te_batch_next_tokens", "Tokens per model call (without padding)", extra,

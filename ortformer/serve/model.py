@@ -59,6 +59,10 @@ class Call:
         self.chars = self.tokens = 0
         self.tokenization_s = self.queue_s = self.inference_s = 0.0
         self.ran = False  # the model ran for it (queue and inference times are its own)
+        # for tracing: perf_counter() at its start and its first tokenization, and the batcher's Done
+        self.start = time.perf_counter()
+        self.tokenization_at: float | None = None
+        self.done = None
 
 
 def _kind(runtime: Runtime) -> str:
@@ -154,6 +158,7 @@ class ServedModel(TextSide):
         """work() on one of the model's tokenization threads (it may wait for the tokenizer's
         lock), timed."""
         start = time.perf_counter()
+        call.tokenization_at = call.tokenization_at or start
         call.chars += sum(len(x) for group in inputs for x in group or () if isinstance(x, str))
         try:
             return await asyncio.get_running_loop().run_in_executor(self._tokenizing, work)
@@ -187,7 +192,7 @@ class ServedModel(TextSide):
                 job.cancel()
                 raise ClientGone
         done = await job
-        call.queue_s, call.inference_s, call.ran = done.queue_s, done.inference_s, True
+        call.queue_s, call.inference_s, call.ran, call.done = done.queue_s, done.inference_s, True, done
         return done.outputs
 
     async def _outputs(self, call: Call, output: str, inputs: list, options: TextOptions, *, pairs=None,

@@ -99,14 +99,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run(app, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning",
-        ready: Callable[[str, int], None] | None = None, limits: Limits | None = None) -> None:
+        ready: Callable[[str, int], None] | None = None, limits: Limits | None = None,
+        sock: socket.socket | None = None) -> None:
     """Serve `app` on host:port until SIGTERM or SIGINT, then drain (within
     limits.graceful_shutdown_timeout) and return. Port 0 picks a free port; `ready(host, port)`
     is called once the app has started and the socket listens; `limits` bound what each
     connection may spend (Limits() when None). At log level info or debug each request is
-    logged (uvicorn's access log). ListenError when host:port cannot be bound."""
+    logged (uvicorn's access log). ListenError when host:port cannot be bound. `sock`: a socket
+    already bound (--workers shares one), used instead of host:port and closed here too."""
     limits = limits or Limits()
-    sock = bind(host, port)
+    sock = bind(host, port) if sock is None else sock
     raise_open_files(limits.max_connections)
     config = LimitedConfig(app, limits, log_level=log_level, access_log=log_level in ("info", "debug"),
                            lifespan="on", ws="none")

@@ -143,3 +143,48 @@ def test_mixed_load_from_16_clients_has_no_error_and_bounded_memory(runtimes):
     assert metric(text, "te_request_success") == 16 * 135
     assert seconds < 120, f"2,000 requests took {seconds:.0f} s"
     assert grown < 64 * 2**20, f"RSS grew by {grown / 2**20:.0f} MiB over 2,000 requests"
+
+
+def test_a_long_request_under_a_stream_of_short_ones_waits_a_bounded_number_of_rounds(runtimes):
+    """96 clients keep more short requests queued than a round takes; a long one sent into that
+    stream is answered within ceil(tokens queued ahead / round tokens) + 1 rounds (batcher.py),
+    while the stream still runs: a batcher that sorted its whole queue by length would keep it
+    behind every short one until the stream ends (~50 rounds here)."""
+    from ortformer import contract
+    from ortformer.serve.batcher import ROUND_BATCHES, Batcher
+    from ortformer.serve.metrics import Metrics
+    from ortformer.serve.model import Encoded, ServedModel
+
+    served = ServedModel("m", runtimes["embedder"])
+    budget, clients, total = 32, 96, 1600
+    short = Encoded([np.array([101, 2023, 2003, 102], np.int64)], [None])
+    long_ids = np.array([101, *range(2000, 2000 + served.max_input_length - 2), 102], np.int64)
+
+    async def main():
+        batcher = Batcher(served, Metrics(["m"], served.max_input_length), max_batch_tokens=budget,
+                          max_wait_ms=0, max_concurrent_requests=512)
+        batcher.start()
+        state = {"sent": 0, "answered": 0}
+
+        async def client():
+            while state["sent"] < total:
+                state["sent"] += 1
+                await batcher.submit(contract.SENTENCE_EMBEDDING, short)
+                state["answered"] += 1
+
+        stream = [asyncio.ensure_future(client()) for _ in range(clients)]
+        while state["answered"] < 200:  # the stream is flowing and the queue backlogged
+            await asyncio.sleep(0.001)
+        ahead = batcher._queue.qsize() * short.tokens  # tokens queued before the long request
+        done = await batcher.submit(contract.SENTENCE_EMBEDDING, Encoded([long_ids], [None]))
+        answered_then = state["answered"]
+        await asyncio.gather(*stream)
+        await batcher.stop()
+        return done, ahead, answered_then, batcher.rounds
+
+    done, ahead, answered_then, rounds = asyncio.run(main())
+    assert ahead > ROUND_BATCHES * budget  # more than one round was waiting ahead of it
+    assert done.rounds <= -(-ahead // (ROUND_BATCHES * budget)) + 1, (done.rounds, ahead)
+    assert answered_then < total - clients  # answered while short requests kept coming
+    assert rounds > 4 * done.rounds  # the stream ran many more rounds than the long request waited
+    np.testing.assert_allclose(done.outputs[0], runtimes["embedder"].embed([long_ids])[0], atol=1e-5, rtol=0)

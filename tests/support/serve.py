@@ -94,10 +94,11 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(runtimes: dict, names: list[str], limits=None, **options):
+def serving(runtimes: dict, names: list[str], limits=None, wrap=None, **options):
     """Serve ServedModels around `runtimes` (name -> Runtime; `names` picks them, the first the default)
     on 127.0.0.1 and a free port, with ServeOptions(**options), on the connections `ortformer serve`
-    runs (LimitedProtocol, with `limits` or the defaults)."""
+    runs (LimitedProtocol, with `limits` or the defaults); `wrap(app)` (e.g. with_grpc) is what
+    runs, and ``running.asgi`` the Starlette app."""
     import uvicorn
 
     from ortformer.serve import ServedModel, ServeOptions, create_app
@@ -105,6 +106,7 @@ def serving(runtimes: dict, names: list[str], limits=None, **options):
     from ortformer.serve.server import bind
 
     app = create_app([ServedModel(n, runtimes[n]) for n in names], ServeOptions(**{"threads": 2, **options}))
+    app = wrap(app) if wrap is not None else app
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(LimitedConfig(app, limits or Limits(), log_level="error", access_log=False,
                                           lifespan="on", ws="none"))
@@ -115,6 +117,7 @@ def serving(runtimes: dict, names: list[str], limits=None, **options):
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
     running = Running(app.state.serve, server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}")
+    running.asgi = app
     try:
         yield running
     finally:
@@ -138,3 +141,11 @@ def start_process(*args: str, env: dict | None = None) -> tuple[subprocess.Popen
         process.kill()
         pytest.fail(f"the server did not start: {''.join(seen)}{process.stderr.read()}")
     return process, match.group(1)
+
+
+def count(url: str, name: str) -> float:
+    """The sum of metric `name`'s series at url's /metrics."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
