@@ -29,7 +29,8 @@ from .common import quiet_onnxruntime, threads_option
               help="Require 'Authorization: Bearer KEY' on every route but /health and /metrics "
                    "(or set ORTFORMER_API_KEY).")
 @threads_option("onnxruntime threads per model [default: the CPUs this process may use: affinity and cgroup quota].")
-@click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True, help="Execution provider.")
+@click.option("--provider", type=click.Choice((*PROVIDERS, "tuned")), default="cpu", show_default=True,
+              help="Execution provider; tuned: what `ortformer tune --write` recorded for this CPU.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True, help="uvicorn's log level ('info' logs each request).")
 @click.pass_context

@@ -16,12 +16,16 @@ import onnxruntime as ort
 
 from ..checks import check_int
 from ..errors import ProviderError
+from .machine import BF16_FLAGS, CPU, this_cpu
 from .openvino_session import OPENVINO_EP
 
 # onnxruntime's providers (what profile, serve and "auto" choose among)
 PROVIDERS = ("auto", "cpu", "cuda")
-# Runtime also runs a file on the OpenVINO runtime, only when asked by name (runtime/openvino_session.py)
-RUNTIME_PROVIDERS = (*PROVIDERS, "openvino")
+# Runtime also runs a file on the OpenVINO runtime, only when asked by name (runtime/openvino_session.py),
+# and what `ortformer tune --write` recorded for this CPU (runtime/tuned.py)
+RUNTIME_PROVIDERS = (*PROVIDERS, "openvino", "tuned")
+# what Runtime(precision=...) may ask a provider to compute in, beside the file's own (None)
+PRECISIONS = ("float32", "bfloat16")
 # where `ortformer check` reruns the parity grid (CUDA has its own script: docs/gpu.md)
 VERIFY_PROVIDERS = ("cpu", "openvino")
 CPU_EP = "CPUExecutionProvider"
@@ -44,7 +48,7 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def check_request(provider: str, device_id: int, threads: int | None) -> None:
+def check_request(provider: str, device_id: int, threads: int | None, precision: str | None = None) -> None:
     if provider not in RUNTIME_PROVIDERS:
         raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(RUNTIME_PROVIDERS)}")
     check_int("device_id", device_id, low=0, error=ProviderError, why=" (a CUDA device index)")
@@ -52,6 +56,29 @@ def check_request(provider: str, device_id: int, threads: int | None) -> None:
         limit = THREADS_PER_CORE * usable_cores()
         check_int("threads", threads, high=limit,
                   why=f" ({THREADS_PER_CORE} per usable core), or None for onnxruntime's default")
+    check_precision(provider, precision)
+
+
+def check_precision(provider: str, precision: str | None, cpu: CPU | None = None) -> None:
+    """precision=None (the file's own) runs anywhere; "float32" too; "bfloat16" only on
+    provider="openvino" and a CPU that computes it (machine.BF16_FLAGS), else ProviderError
+    naming what is missing. cpu: for tests (default: this one)."""
+    if precision is None or precision == "float32":
+        if precision is not None and provider == "tuned":
+            raise ProviderError("provider='tuned' takes its precision from the tuned record; leave precision=None")
+        return
+    if precision not in PRECISIONS:
+        raise ProviderError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}, or None "
+                            "for the file's own")
+    if provider != "openvino":
+        raise ProviderError(f"precision={precision!r} runs on provider='openvino' only (onnxruntime computes a "
+                            "float32 file in float32); use provider='openvino', or export --quantize int8 for "
+                            "onnxruntime's fast path")
+    missing = (cpu or this_cpu()).bfloat16_missing()
+    if missing is not None:
+        raise ProviderError(f"precision='bfloat16' needs bfloat16 dot products in hardware (the flag "
+                            f"{' or '.join(BF16_FLAGS)}): {missing}; use precision='float32' (the default), or "
+                            "an int8 file on provider='cpu'")
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:
