@@ -94,7 +94,7 @@ def _record_problem(record: dict) -> str | None:
             ok = is_int(value) if kind is int else (isinstance(value, (int, float)) and not isinstance(value, bool)
                                                    if kind is float else isinstance(value, kind))
             if not ok:
-                return f"choice {i}: {key} must be a {kind.__name__}, got {value!r}"
+                return f"choice {i}: {key} must be of type {kind.__name__}, got {value!r}"
         if choice["engine"] not in ENGINES or choice["precision"] not in PRECISIONS or choice["quality"] not in TIERS:
             return (f"choice {i}: engine {choice['engine']!r}, precision {choice['precision']!r} and quality "
                     f"{choice['quality']!r} must be among {sorted(ENGINES)}, {list(PRECISIONS)} and {list(QUALITIES)}")
