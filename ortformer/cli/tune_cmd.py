@@ -34,16 +34,16 @@ def tune_command(ctx, model, texts_file, quality, int8_file, threads, rounds, wr
     Engines: onnxruntime float32 (the reference) and int8 (an int8 sibling file), OpenVINO float32
     and bfloat16 (the 'openvino' extra; bfloat16 where the CPU has AVX512_BF16 or AMX). Every
     engine embeds the same texts with the same threads, in rounds that alternate them; the
-    figure is the median round. --write records the choice, keyed by this CPU's model, flags
-    and thread count: Runtime(path, provider="tuned") and `serve --provider tuned` use it, and
-    refuse it on another CPU.
+    figure is the median round. --write records the choice (STEM.tuned.json), keyed by this
+    CPU's model, flags and thread count: Runtime(path, provider="tuned"), `infer --provider
+    tuned` and `serve --provider tuned` use it here, and refuse it on another CPU or thread
+    count with the command that tunes there.
 
     \b
     Examples:
       ortformer tune minilm.onnx
       ortformer tune minilm.onnx --quality near-lossless --write
-      ortformer tune minilm.onnx --texts my_texts.txt --threads 2 --json
-      ortformer serve minilm.onnx --provider tuned
+      ortformer tune minilm.onnx --texts sentences.txt --threads 2 --json
     """
     quiet_onnxruntime(ctx)
     from ..runtime.machine import this_cpu
