@@ -53,6 +53,7 @@ def options(threads: int, change: str) -> ort.SessionOptions | None:
         plain.intra_op_num_threads = threads
         return plain
     made = providers.session_options(threads)
+    made.log_severity_level = 3  # replacing a default config entry logs a warning each time
     if change == "no_spin":
         made.add_session_config_entry("session.intra_op.allow_spinning", "0")
     elif change == "spin_after":

@@ -28,7 +28,7 @@ from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
 from .openvino_session import OpenVINOSession, int8_refused
 from .optimize import optimized_for_cpu
-from .tuned import resolve as resolve_tuned
+from .tuned import check_opened as check_tuned_file, resolve as resolve_tuned
 from .validate import InputSpec, as_array, check_inputs
 
 
@@ -101,6 +101,8 @@ class Runtime:
             raise InputError(f"chunk_size={chunk_size!r} must be an int in [1, {MAX_CHUNK_SIZE}], or None")
         # every file check happens here, before onnxruntime opens (and follows) anything
         self.model_file = read_model_file(path)
+        if self.tuned is not None:
+            check_tuned_file(self.model_file, self.tuned)
         self.path: Path = self.model_file.path
         self.config = self.model_file.config
         self.metadata: dict[str, str] = dict(self.model_file.metadata)

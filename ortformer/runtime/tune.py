@@ -218,7 +218,8 @@ def _row(candidate: Candidate, reference: Candidate, output: str, floor: str, co
     gate = GATES[candidate.precision]
     allowed = list(TIERS.values())[: list(TIERS).index(floor) + 1]  # the floor's tier and the stricter ones
     ok = passes(metrics, gate)
-    row.update({"file_bytes": candidate.file.stat().st_size, "seconds": [round(s, 4) for s in candidate.seconds],
+    row.update({"file_bytes": candidate.file.stat().st_size,
+                "file_weights": candidate.runtime.metadata.get(contract.META_WEIGHTS, ""), "seconds": [round(s, 4) for s in candidate.seconds],
                 "sentences_per_s": round(count / median, 2),
                 "vs_float32": round(statistics.median(reference.seconds) / median, 3),
                 "min_cosine": metrics["min_cosine"], "median_cosine": metrics["median_cosine"],
@@ -236,6 +237,7 @@ def choice_entry(result: dict) -> dict:
                           f"record names files in the model's folder only; copy it there (e.g. as "
                           f"{Path(result['model']).stem}.int8.onnx) and tune again")
     return {**result["cpu"], "quality": result["quality"], "engine": row["engine"], "precision": row["precision"],
-            "file": row["file"], "file_bytes": row["file_bytes"], "sentences_per_s": row["sentences_per_s"],
+            "file": row["file"], "file_bytes": row["file_bytes"], "file_weights": row["file_weights"],
+            "sentences_per_s": row["sentences_per_s"],
             "vs_float32": row["vs_float32"], "min_cosine": row["min_cosine"],
             "measured": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}

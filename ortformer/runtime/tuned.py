@@ -7,7 +7,8 @@ The record is ``<stem>.tuned.json`` in the model's folder (minilm.onnx: minilm.t
     {"format": 1, "model": "minilm.onnx", "model_bytes": 90947410,
      "choices": [{"cpu": "Intel(R) Xeon(R) ...", "flags": ["amx_bf16", "avx2", ...], "threads": 2,
                   "quality": "near-lossless", "engine": "openvino", "precision": "bfloat16",
-                  "file": "minilm.onnx", "file_bytes": 90947410, "sentences_per_s": 310.2,
+                  "file": "minilm.onnx", "file_bytes": 90947410, "file_weights": "sha256:234f...",
+                  "sentences_per_s": 310.2,
                   "vs_float32": 1.93, "min_cosine": 0.99991, "measured": "2026-12-05T13:40:00Z"}]}
 
 A choice is keyed by the CPU's identity (model name, the flags of machine.RELEVANT_FLAGS, the
@@ -15,7 +16,9 @@ thread count): one file may carry choices for several machines. A model copied t
 identity matches none of them is refused with the command that tunes it there, never run on a
 choice measured elsewhere: the fastest engine on one CPU (bfloat16 needs AVX512_BF16 or AMX,
 int8's speed depends on VNNI) is not the fastest, or not even runnable, on another. A model
-rewritten since (its size differs) is refused too.
+rewritten since (its size differs), or a chosen file whose weights differ from those measured
+(file_weights: the export's ortformer.weights digest, read when the Runtime opens it), is
+refused too.
 """
 from __future__ import annotations
 
@@ -24,9 +27,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import contract
 from ..checks import is_int, json_object
 from ..errors import ModelFileError, OutputError, ProviderError
 from ..fsutil import write_atomic
+from ..modelfile import ModelFile
 from .machine import CPU, this_cpu
 
 RECORD_FORMAT = 1
@@ -38,7 +43,7 @@ TIERS = {"float32": "float32", "near-lossless": "bfloat16", "int8": "int8"}
 QUALITIES = tuple(TIERS)
 PRECISIONS = tuple(TIERS.values())
 _CHOICE_KEYS = {"cpu": str, "flags": list, "threads": int, "quality": str, "engine": str, "precision": str,
-                "file": str, "file_bytes": int, "sentences_per_s": float, "vs_float32": float,
+                "file": str, "file_bytes": int, "file_weights": str, "sentences_per_s": float, "vs_float32": float,
                 "min_cosine": float, "measured": str}
 
 
@@ -140,6 +145,16 @@ def _opened(model: Path, choice: dict, threads: int) -> Tuned:
                             f"{'missing' if not target.is_file() else 'another file than the one measured'} "
                             f"beside {model}; {tune_hint(model, threads)}")
     return Tuned(target, ENGINES[choice["engine"]], choice["precision"], threads, choice)
+
+
+def check_opened(model_file: ModelFile, choice: dict) -> None:
+    """ProviderError when the file the Runtime opened for ``choice`` holds other weights than the
+    one measured (a re-export of the same size); files that record no digest are not compared."""
+    found = model_file.metadata.get(contract.META_WEIGHTS, "")
+    if choice["file_weights"] and found != choice["file_weights"]:
+        raise ProviderError(f"provider='tuned': {model_file.path} holds other weights than the file tuned "
+                            f"({contract.META_WEIGHTS} {found[:19] or 'none'}..., measured "
+                            f"{choice['file_weights'][:19]}...); run `ortformer tune` on it again with --write --force")
 
 
 def _describe(identity: dict) -> str:

@@ -160,7 +160,8 @@ def test_the_choice_is_recorded_and_reused_by_provider_tuned(model):
     tuned.write_choice(model, {**choice_entry(result), "threads": 2})
     assert [c["threads"] for c in json.loads(record.read_text())["choices"]] == [1, 2]
     tuned.write_choice(model, {**choice_entry(result), "engine": "onnxruntime", "precision": "float32",
-                               "file": "model.onnx", "file_bytes": model.stat().st_size}, force=True)
+                               "file": "model.onnx", "file_bytes": model.stat().st_size,
+                               "file_weights": Runtime(model, "cpu").metadata[contract.META_WEIGHTS]}, force=True)
     assert Runtime(model, "tuned", threads=1).provider == "cpu"
 
 
@@ -169,7 +170,7 @@ def recorded(model, cpu_text: str, monkeypatch, force: bool = False, **changes) 
     fake_cpu(monkeypatch, cpu_text)
     entry = {**machine.this_cpu().identity(1), "quality": "float32", "engine": "onnxruntime",
              "precision": "float32", "file": "model.onnx", "file_bytes": model.stat().st_size,
-             "sentences_per_s": 100.0, "vs_float32": 1.0, "min_cosine": 1.0, "measured": "2026-12-05T00:00:00Z"}
+             "file_weights": Runtime(model, "cpu").metadata[contract.META_WEIGHTS], "sentences_per_s": 100.0, "vs_float32": 1.0, "min_cosine": 1.0, "measured": "2026-12-05T00:00:00Z"}
     tuned.write_choice(model, {**entry, **changes}, force)
 
 
@@ -197,12 +198,10 @@ def test_a_record_moved_to_another_cpu_or_thread_count_is_refused(model, monkeyp
 def test_a_changed_model_or_a_hostile_record_is_refused(model, monkeypatch):
     recorded(model, SPR, monkeypatch)
     record = tuned.record_path(model)
-    with open(model, "ab") as handle:  # rewritten since it was tuned
-        handle.write(b"\0")
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "model_bytes": data["model_bytes"] - 1}))  # the model was rewritten since
     with pytest.raises(ProviderError, match=r"was measured on a \d+-byte model.onnx, and .* is \d+ bytes now"):
         Runtime(model, "tuned", threads=1)
-    data = json.loads(record.read_text())
-    data["model_bytes"] = model.stat().st_size
     for bad, message in [({"file": "../model.onnx"}, "must be a file name in the model's folder"),
                          ({"engine": "tensorrt"}, "engine 'tensorrt'"),
                          ({"threads": "1"}, "threads must be of type int")]:
@@ -217,6 +216,16 @@ def test_a_changed_model_or_a_hostile_record_is_refused(model, monkeypatch):
         recorded(model, SPR, monkeypatch)
     recorded(model, SPR, monkeypatch, force=True, file="model.int8.onnx", file_bytes=1)
     with pytest.raises(ProviderError, match="runs model.int8.onnx, which is another file than the one measured"):
+        Runtime(model, "tuned", threads=1)
+    # a file of the same size with other weights (a re-export of other.int8.onnx's weights)
+    other = model.with_name("other.int8.onnx")
+    shutil.copy(other, model.with_name("model.int8.onnx"))
+    recorded(model, SPR, monkeypatch, force=True, file="model.int8.onnx", file_bytes=other.stat().st_size,
+             file_weights=Runtime(model.with_name("model.int8.onnx"), "cpu").metadata[contract.META_WEIGHTS])
+    assert Runtime(model, "tuned", threads=1).path.name == "model.int8.onnx"
+    recorded(model, SPR, monkeypatch, force=True, file="model.int8.onnx", file_bytes=other.stat().st_size,
+             file_weights="sha256:" + "0" * 64)
+    with pytest.raises(ProviderError, match=r"holds other weights than the file tuned \(ortformer.weights sha256:"):
         Runtime(model, "tuned", threads=1)
 
 
