@@ -9,6 +9,7 @@ Every variant is a Runtime on the same texts (SENTENCES of corpus.py, embed_text
 it), changed in one thing against Runtime's defaults ("runtime"):
 
     no_spin        session.intra_op.allow_spinning = 0: workers sleep between ops
+    spin_Nus       session.intra_op.spin_duration_us = N: a worker spins N microseconds, then sleeps
     spin_after     spinning on after each run too (onnxruntime's default; no force_spinning_stop)
     arena          the CPU memory arena kept between calls
     arena_pattern  the arena and memory patterns (one allocation plan per input shape)
@@ -56,6 +57,8 @@ def options(threads: int, change: str) -> ort.SessionOptions | None:
     made.log_severity_level = 3  # replacing a default config entry logs a warning each time
     if change == "no_spin":
         made.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    elif change.startswith("spin_") and change.endswith("us"):  # spin this long, then sleep (onnxruntime >= 1.27)
+        made.add_session_config_entry("session.intra_op.spin_duration_us", change[len("spin_"):-len("us")])
     elif change == "spin_after":
         made.add_session_config_entry("session.force_spinning_stop", "0")
     elif change in ("arena", "arena_pattern"):
@@ -70,11 +73,11 @@ def options(threads: int, change: str) -> ort.SessionOptions | None:
     return made
 
 
-def variants(model: str, std: str | None, threads: int) -> dict[str, tuple[Runtime, int, bool]]:
-    """name -> (Runtime, max_tokens, pin the calling thread)."""
+def variants(model: str, std: str | None, threads: int, only: list[str] | None = None) -> dict[str, tuple[Runtime, int, bool]]:
+    """name -> (Runtime, max_tokens, pin the calling thread); ``only``: these names (and "runtime")."""
     made = {}
     budget = CPU_TOKENS_PER_THREAD * threads
-    for change in ("runtime", "no_spin", "spin_after", "arena", "arena_pattern", "ort_defaults", "affinity",
+    for change in ("runtime", "no_spin", "spin_20us", "spin_200us", "spin_after", "arena", "arena_pattern", "ort_defaults", "affinity",
                    "no_rewrites"):
         given = None if change == "runtime" else options(threads, change)
         made[change] = (Runtime(model, "cpu", threads=threads, session_options=given), budget, change == "affinity")
@@ -82,7 +85,7 @@ def variants(model: str, std: str | None, threads: int) -> dict[str, tuple[Runti
         made["std_export"] = (Runtime(std, "cpu", threads=threads), budget, False)
     for tokens in BUDGETS:
         made[f"tokens_{tokens}"] = (made["runtime"][0], tokens * threads, False)
-    return made
+    return {name: made[name] for name in made if not only or name == "runtime" or name in only}
 
 
 def embed(runtime: Runtime, texts: list[str], max_tokens: int, pin: bool) -> np.ndarray:
@@ -96,9 +99,9 @@ def embed(runtime: Runtime, texts: list[str], max_tokens: int, pin: bool) -> np.
         os.sched_setaffinity(0, before)
 
 
-def measure(model: str, std: str | None, threads: int, rounds: int, count: int) -> dict:
+def measure(model: str, std: str | None, threads: int, rounds: int, count: int, only: list[str] | None = None) -> dict:
     texts = sentences(count)
-    made = variants(model, std, threads)
+    made = variants(model, std, threads, only)
     names = list(made)
     outputs = {name: embed(made[name][0], texts, *made[name][1:]) for name in names}  # warm-up
     want = outputs["runtime"]
@@ -131,13 +134,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=SENTENCES)
+    parser.add_argument("--only", nargs="+", help="measure these variants (and runtime) only")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # truncation of the few long paragraphs is the same for every variant
     cpu = machine.this_cpu()
     result = {"model": args.model, "cpu": cpu.model, "flags": cpu.relevant_flags, "sentences": args.sentences,
               "rounds": args.rounds, "onnxruntime": ort.__version__,
-              "runs": [measure(args.model, args.std, t, args.rounds, args.sentences) for t in args.threads]}
+              "runs": [measure(args.model, args.std, t, args.rounds, args.sentences, args.only) for t in args.threads]}
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -103,15 +103,29 @@ def session_options(threads: int | None) -> ort.SessionOptions:
     return options
 
 
+# how long an idle intra-op worker busy-waits for the next op before it sleeps (microseconds)
+SPIN_MICROSECONDS = 20
+
+
 def spin_within_runs(options: ort.SessionOptions) -> ort.SessionOptions:
-    """Workers busy-wait between the ops of a run and sleep as soon as the run returns
-    (session.force_spinning_stop). Spinning after each run, onnxruntime's default, took the
-    cores from whatever ran next: two sessions alternating in one process on 2 cores ran 3x
-    slower, and a library inside someone else's app must not burn idle CPU. No spinning at
-    all costs a wake-up per op: all-MiniLM-L6-v2 ran 2-7% slower in float32 and 12-19% in
-    int8 (twice the nodes) in one run alternating in one process, batch 1-16, and within the
-    noise in a later run; no CPU was used in the second after a run either way."""
+    """Workers busy-wait between the ops of a run, for at most SPIN_MICROSECONDS each time
+    (session.intra_op.spin_duration_us), and sleep as soon as the run returns
+    (session.force_spinning_stop).
+
+    - Spinning after each run, onnxruntime's default, took the cores from whatever ran next:
+      two sessions alternating in one process on 2 cores ran 3x slower, and a library inside
+      someone else's app must not burn idle CPU.
+    - Spinning without bound within a run lost most on a loaded machine: with more runnable
+      threads than cores, a worker spins while the one it waits on is descheduled. all-MiniLM-
+      L6-v2 at 2 threads, load average 13-21 on 2 cores (benchmarks/cpu_float32_gap.py): a 20 us
+      bound ran 1.55-1.73x (float32) and 2.71x (int8) the unbounded spin, faster in every
+      round of every run; no spinning at all 1.57-2.21x and 1.91x.
+    - No spinning at all costs a wake-up per op on a quiet machine: 2-7% in float32 and 12-19%
+      in int8 in one run, within the noise in a later one; the short spin keeps the wake-ups
+      of back-to-back ops. At 1 thread there are no workers, and the settings measure alike.
+    """
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.intra_op.spin_duration_us", str(SPIN_MICROSECONDS))
     options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
