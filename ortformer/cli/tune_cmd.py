@@ -46,15 +46,14 @@ def tune_command(ctx, model, texts_file, quality, int8_file, threads, rounds, wr
       ortformer tune minilm.onnx --texts sentences.txt --threads 2 --json
     """
     quiet_onnxruntime(ctx)
-    from ..runtime.machine import this_cpu
-    from ..runtime.providers import usable_cores
+    from ..runtime.machine import this_cpu, usable_cpus
     from ..runtime.tune import choice_entry, read_texts, tune
     from ..runtime.tuned import check_writable, write_choice
 
     if force and not write:
         raise click.UsageError("--force replaces a recorded choice; it needs --write")
     cpu = this_cpu()
-    count = threads or usable_cores()
+    count = threads or usable_cpus()
     if write:  # refuse before minutes of measuring, not after
         check_writable(model, cpu.identity(count), force)
     texts = read_texts(texts_file) if texts_file else None

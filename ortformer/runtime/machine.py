@@ -9,6 +9,7 @@ match it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,14 @@ class CPU:
             return None
         name = f" ({self.model})" if self.model else ""
         return f"this CPU{name} lists neither {' nor '.join(BF16_FLAGS)} in /proc/cpuinfo"
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask; os.cpu_count() elsewhere): the thread
+    count `tune` measures at and provider="tuned" looks a choice up for, when none is given."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def this_cpu() -> CPU:

@@ -16,7 +16,6 @@ import onnxruntime as ort
 
 from ..checks import check_int
 from ..errors import ProviderError
-from .machine import BF16_FLAGS, CPU, this_cpu
 from .openvino_session import OPENVINO_EP
 
 # onnxruntime's providers (what profile, serve and "auto" choose among)
@@ -48,7 +47,7 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def check_request(provider: str, device_id: int, threads: int | None, precision: str | None = None) -> None:
+def check_request(provider: str, device_id: int, threads: int | None) -> None:
     if provider not in RUNTIME_PROVIDERS:
         raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(RUNTIME_PROVIDERS)}")
     check_int("device_id", device_id, low=0, error=ProviderError, why=" (a CUDA device index)")
@@ -56,13 +55,12 @@ def check_request(provider: str, device_id: int, threads: int | None, precision:
         limit = THREADS_PER_CORE * usable_cores()
         check_int("threads", threads, high=limit,
                   why=f" ({THREADS_PER_CORE} per usable core), or None for onnxruntime's default")
-    check_precision(provider, precision)
 
 
-def check_precision(provider: str, precision: str | None, cpu: CPU | None = None) -> None:
+def check_precision(provider: str, precision: str | None, cpu=None) -> None:
     """precision=None (the file's own) runs anywhere; "float32" too; "bfloat16" only on
     provider="openvino" and a CPU that computes it (machine.BF16_FLAGS), else ProviderError
-    naming what is missing. cpu: for tests (default: this one)."""
+    naming what is missing. cpu: a machine.CPU, for tests (default: this one)."""
     if precision is None or precision == "float32":
         if precision is not None and provider == "tuned":
             raise ProviderError("provider='tuned' takes its precision from the tuned record; leave precision=None")
@@ -74,6 +72,8 @@ def check_precision(provider: str, precision: str | None, cpu: CPU | None = None
         raise ProviderError(f"precision={precision!r} runs on provider='openvino' only (onnxruntime computes a "
                             "float32 file in float32); use provider='openvino', or export --quantize int8 for "
                             "onnxruntime's fast path")
+    from .machine import BF16_FLAGS, this_cpu
+
     missing = (cpu or this_cpu()).bfloat16_missing()
     if missing is not None:
         raise ProviderError(f"precision='bfloat16' needs bfloat16 dot products in hardware (the flag "

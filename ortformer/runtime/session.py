@@ -27,8 +27,9 @@ from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
 from .openvino_session import OpenVINOSession, int8_refused
-from .optimize import optimized_for_cpu
+from .machine import usable_cpus
 from .tuned import check_opened as check_tuned_file, resolve as resolve_tuned
+from .optimize import optimized_for_cpu
 from .validate import InputSpec, as_array, check_inputs
 
 
@@ -89,13 +90,14 @@ class Runtime:
         chunk_size: int | None = None,
         precision: str | None = None,
     ):
-        providers.check_request(provider, device_id, threads, precision)
+        providers.check_request(provider, device_id, threads)
+        providers.check_precision(provider, precision)
         self.tuned: dict | None = None  # the record's choice, with provider="tuned"
         if provider == "tuned":
-            tuned = resolve_tuned(path, threads or _usable_cores())
+            tuned = resolve_tuned(path, threads or usable_cpus())
             path, provider, threads, self.tuned = tuned.path, tuned.provider, tuned.threads, tuned.choice
             precision = "bfloat16" if tuned.precision == "bfloat16" else None  # int8: the file says it
-            providers.check_request(provider, device_id, threads, precision)
+            providers.check_precision(provider, precision)
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                        or not 1 <= chunk_size <= MAX_CHUNK_SIZE):
             raise InputError(f"chunk_size={chunk_size!r} must be an int in [1, {MAX_CHUNK_SIZE}], or None")

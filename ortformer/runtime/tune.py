@@ -34,8 +34,7 @@ from ..checks import check_int
 from ..errors import InputError, ModelFileError, OrtformerError, OutputError
 from ..modelfile import read_model_file
 from ..parity import GATES, compare, passes, row_cosines
-from .machine import CPU, this_cpu
-from .providers import usable_cores
+from .machine import CPU, this_cpu, usable_cpus
 from .session import Runtime
 from .tuned import QUALITIES, TIERS
 
@@ -160,7 +159,7 @@ def tune(model: str | os.PathLike, texts: Sequence[str] | None = None, quality_f
         raise InputError(f"quality={quality_floor!r}; choose one of {', '.join(QUALITIES)}")
     check_int("rounds", rounds, high=100)
     model = Path(model)
-    threads = check_int("threads", threads) if threads is not None else usable_cores()
+    threads = check_int("threads", threads) if threads is not None else usable_cpus()
     file = read_model_file(model)
     if contract.META_INT8 in file.metadata:
         raise InputError(f"{model} is an int8 file; tune takes the float32 file (the reference the others are "
