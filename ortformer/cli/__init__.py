@@ -27,9 +27,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    from . import bench_cmd, export_cmd, profile_cmd, runtime_cmd, scale_cmd, serve_cmd
+    from . import bench_cmd, export_cmd, profile_cmd, runtime_cmd, scale_cmd, serve_cmd, tune_cmd
 
-    for module in (export_cmd, runtime_cmd, profile_cmd, bench_cmd, scale_cmd, serve_cmd):
+    for module in (export_cmd, runtime_cmd, profile_cmd, bench_cmd, scale_cmd, serve_cmd, tune_cmd):
         for command in module.COMMANDS:
             cli.add_command(command)
 

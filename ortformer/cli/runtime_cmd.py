@@ -230,7 +230,8 @@ def _jsonable(result):
 @click.option("--prompt-name", help="A prompt recorded in the model (see `ortformer info`) to prepend to each text; "
                                     "default: the model's default prompt; '' for none.")
 @click.option("--provider", type=click.Choice(RUNTIME_PROVIDERS), default="auto", show_default=True,
-              help="openvino: the OpenVINO runtime in float32 (the openvino extra).")
+              help="openvino: the OpenVINO runtime in float32 (the openvino extra); tuned: what "
+                   "`ortformer tune --write` recorded for this CPU.")
 @click.option("--allow-fallback", is_flag=True, help="Run on CPU (with a warning) when --provider cuda cannot load.")
 @click.option("--device-id", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
 @threads_option("onnxruntime intra-op threads (default: one per core).")

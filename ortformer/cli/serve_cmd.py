@@ -55,7 +55,8 @@ def limit_options(command):
 @click.option("--api-key-file", type=click.Path(dir_okay=False), default=None,
               help="Read the API key from this file (one trailing newline is dropped).")
 @threads_option("onnxruntime threads per model [default: the CPUs this process may use: affinity and cgroup quota].")
-@click.option("--provider", type=click.Choice(PROVIDERS), default="cpu", show_default=True, help="Execution provider.")
+@click.option("--provider", type=click.Choice((*PROVIDERS, "tuned")), default="cpu", show_default=True,
+              help="Execution provider; tuned: what `ortformer tune --write` recorded for this CPU.")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Processes answering on the one port, each with its own sessions and batcher "
                    "(--threads defaults to the CPUs / N); /metrics sums over them.")

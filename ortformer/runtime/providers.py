@@ -20,8 +20,11 @@ from .openvino_session import OPENVINO_EP
 
 # onnxruntime's providers (what profile, serve and "auto" choose among)
 PROVIDERS = ("auto", "cpu", "cuda")
-# Runtime also runs a file on the OpenVINO runtime, only when asked by name (runtime/openvino_session.py)
-RUNTIME_PROVIDERS = (*PROVIDERS, "openvino")
+# Runtime also runs a file on the OpenVINO runtime, only when asked by name (runtime/openvino_session.py),
+# and what `ortformer tune --write` recorded for this CPU (runtime/tuned.py)
+RUNTIME_PROVIDERS = (*PROVIDERS, "openvino", "tuned")
+# what Runtime(precision=...) may ask a provider to compute in, beside the file's own (None)
+PRECISIONS = ("float32", "bfloat16")
 # where `ortformer check` reruns the parity grid (CUDA has its own script: docs/gpu.md)
 VERIFY_PROVIDERS = ("cpu", "openvino")
 CPU_EP = "CPUExecutionProvider"
@@ -48,6 +51,30 @@ def check_request(provider: str, device_id: int, threads: int | None) -> None:
                   why=f" ({THREADS_PER_CORE} per usable core), or None for onnxruntime's default")
 
 
+def check_precision(provider: str, precision: str | None, cpu=None) -> None:
+    """precision=None (the file's own) runs anywhere; "float32" too; "bfloat16" only on
+    provider="openvino" and a CPU that computes it (machine.BF16_FLAGS), else ProviderError
+    naming what is missing. cpu: a machine.CPU, for tests (default: this one)."""
+    if precision is None or precision == "float32":
+        if precision is not None and provider == "tuned":
+            raise ProviderError("provider='tuned' takes its precision from the tuned record; leave precision=None")
+        return
+    if precision not in PRECISIONS:
+        raise ProviderError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}, or None "
+                            "for the file's own")
+    if provider != "openvino":
+        raise ProviderError(f"precision={precision!r} runs on provider='openvino' only (onnxruntime computes a "
+                            "float32 file in float32); use provider='openvino', or export --quantize int8 for "
+                            "onnxruntime's fast path")
+    from .machine import BF16_FLAGS, this_cpu
+
+    missing = (cpu or this_cpu()).bfloat16_missing()
+    if missing is not None:
+        raise ProviderError(f"precision='bfloat16' needs bfloat16 dot products in hardware (the flag "
+                            f"{' or '.join(BF16_FLAGS)}): {missing}; use precision='float32' (the default), or "
+                            "an int8 file on provider='cpu'")
+
+
 def session_options(threads: int | None) -> ort.SessionOptions:
     """Options that keep memory bounded when every call has a different (B, N), and that
     leave the cores alone between calls.
@@ -70,15 +97,29 @@ def session_options(threads: int | None) -> ort.SessionOptions:
     return options
 
 
+# how long an idle intra-op worker busy-waits for the next op before it sleeps (microseconds)
+SPIN_MICROSECONDS = 20
+
+
 def spin_within_runs(options: ort.SessionOptions) -> ort.SessionOptions:
-    """Workers busy-wait between the ops of a run and sleep as soon as the run returns
-    (session.force_spinning_stop). Spinning after each run, onnxruntime's default, took the
-    cores from whatever ran next: two sessions alternating in one process on 2 cores ran 3x
-    slower, and a library inside someone else's app must not burn idle CPU. No spinning at
-    all costs a wake-up per op: all-MiniLM-L6-v2 ran 2-7% slower in float32 and 12-19% in
-    int8 (twice the nodes) in one run alternating in one process, batch 1-16, and within the
-    noise in a later run; no CPU was used in the second after a run either way."""
+    """Workers busy-wait between the ops of a run, for at most SPIN_MICROSECONDS each time
+    (session.intra_op.spin_duration_us), and sleep as soon as the run returns
+    (session.force_spinning_stop).
+
+    - Spinning after each run, onnxruntime's default, took the cores from whatever ran next:
+      two sessions alternating in one process on 2 cores ran 3x slower, and a library inside
+      someone else's app must not burn idle CPU.
+    - Spinning without bound within a run lost most on a loaded machine: with more runnable
+      threads than cores, a worker spins while the one it waits on is descheduled. all-MiniLM-
+      L6-v2 at 2 threads, load average 13-21 on 2 cores (benchmarks/cpu_float32_gap.py): a 20 us
+      bound ran 1.55-1.73x (float32) and 2.71x (int8) the unbounded spin, faster in every
+      round of every run; no spinning at all 1.57-2.21x and 1.91x.
+    - No spinning at all costs a wake-up per op on a quiet machine: 2-7% in float32 and 12-19%
+      in int8 in one run, within the noise in a later one; the short spin keeps the wake-ups
+      of back-to-back ops. At 1 thread there are no workers, and the settings measure alike.
+    """
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.intra_op.spin_duration_us", str(SPIN_MICROSECONDS))
     options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 

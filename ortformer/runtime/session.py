@@ -29,6 +29,7 @@ from ..chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
 from .openvino_session import OpenVINOSession, int8_refused
+from .tuned import check_opened as check_tuned_file, resolve as resolve_tuned
 from .optimize import optimized_for_cpu
 from .validate import InputSpec, as_array, check_inputs, task_ids
 
@@ -65,6 +66,11 @@ class Runtime:
     chunk_size: tokens per chunk for linear-family models exported with chunk stages: a
     longer sequence runs chunk by chunk (runtime/chunked.py), in memory bounded by the
     chunk; None = the size recorded at export.
+    precision: None (the file's own) or "bfloat16", with provider="openvino" on a CPU with
+    AVX512_BF16 or AMX (gate: parity.GATES["bfloat16"]); else ProviderError naming the flags.
+    "tuned" opens what `ortformer tune --write` recorded for this CPU and thread count (an
+    engine, a precision, the file or its int8 sibling: runtime/tuned.py, the choice in
+    ``tuned``); ProviderError naming `ortformer tune` where it recorded none.
     """
 
     def __init__(
@@ -77,13 +83,23 @@ class Runtime:
         allow_fallback: bool = False,
         session_options: ort.SessionOptions | None = None,
         chunk_size: int | None = None,
+        precision: str | None = None,
     ):
         providers.check_request(provider, device_id, threads)
+        providers.check_precision(provider, precision)
+        self.tuned: dict | None = None  # the record's choice, with provider="tuned"
+        if provider == "tuned":
+            tuned = resolve_tuned(path, threads or available_cpus())
+            path, provider, threads, self.tuned = tuned.path, tuned.provider, tuned.threads, tuned.choice
+            precision = "bfloat16" if tuned.precision == "bfloat16" else None  # int8: the file says it
+            providers.check_precision(provider, precision)
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                        or not 1 <= chunk_size <= MAX_CHUNK_SIZE):
             raise InputError(f"chunk_size={chunk_size!r} must be an int in [1, {MAX_CHUNK_SIZE}], or None")
         # every file check happens here, before onnxruntime opens (and follows) anything
         self.model_file = read_model_file(path)
+        if self.tuned is not None:
+            check_tuned_file(self.model_file, self.tuned)
         self.path: Path = self.model_file.path
         self.config = self.model_file.config
         self.metadata: dict[str, str] = dict(self.model_file.metadata)
@@ -109,7 +125,7 @@ class Runtime:
         # budget the cores this process may run on stand in for it (logical ones with SMT)
         self.threads: int = options.intra_op_num_threads or available_cpus()
         if provider == "openvino":
-            self._session, cuda_error = OpenVINOSession(self.path, self.threads), None
+            self._session, cuda_error = OpenVINOSession(self.path, self.threads, precision or "float32"), None
         else:
             self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
         self.provider: str = providers.short_name(self._session)

@@ -44,7 +44,7 @@ class Handled(Call):
 
     def headers(self) -> dict[str, str]:
         ms = lambda s: str(int(s * 1000))  # noqa: E731
-        return {"x-compute-type": "cpu" if self.model is None or self.model.runtime.provider == "cpu" else "gpu",
+        return {"x-compute-type": "gpu" if self.model is not None and self.model.runtime.provider == "cuda" else "cpu",
                 "x-compute-time": ms(time.perf_counter() - self.start), "x-total-time": ms(time.perf_counter() - self.start),
                 "x-compute-characters": str(self.chars), "x-compute-tokens": str(self.tokens),
                 "x-tokenization-time": ms(self.tokenization_s),

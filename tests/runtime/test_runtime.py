@@ -3,11 +3,13 @@ import threading
 import warnings
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from support.exported_models import CONFIGS
 
 from ortformer import contract
 from ortformer.errors import InputError, ProviderError
+from ortformer.parity import GATES, compare, grid, make_inputs, passes
 from ortformer.runtime import ProviderFallbackWarning, Runtime
 from ortformer.runtime.validate import check_inputs
 
@@ -103,9 +105,30 @@ def test_session_options_bound_memory_and_set_threads(tokens_model):
     options = Runtime(tokens_model, "cpu", threads=1)._session.get_session_options()
     assert options.intra_op_num_threads == 1
     assert not options.enable_cpu_mem_arena and not options.enable_mem_pattern
-    # workers spin between the ops of a run and sleep once it returns
+    # workers spin between the ops of a run, briefly, and sleep once it returns
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.intra_op.spin_duration_us") == "20"
     assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+
+
+@pytest.mark.parametrize("model", ["tokens_model", "text_model"])
+def test_the_bounded_spin_gives_the_unbounded_spins_outputs(model, request):
+    """The defaults before the spin was bounded (session.intra_op.spin_duration_us unset), against
+    today's, at 2 threads over the parity grid: within the float32 gate (scheduling moves no number)."""
+    path = request.getfixturevalue(model)
+    before = ort.SessionOptions()
+    before.enable_mem_pattern = before.enable_cpu_mem_arena = False
+    before.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    before.add_session_config_entry("session.force_spinning_stop", "1")
+    old, new = Runtime(path, "cpu", threads=2, session_options=before), Runtime(path, "cpu", threads=2)
+    assert new._session.get_session_options().get_session_config_entry("session.intra_op.spin_duration_us") == "20"
+    rng = np.random.default_rng(0)
+    for case in grid(new.config):
+        inputs = make_inputs(new.config, case, rng)
+        got, want = new.run(**inputs), old.run(**inputs)
+        for name in want:
+            metrics = compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
+            assert passes(metrics, GATES["float32"]), (case, name, metrics)
 
 
 @pytest.mark.parametrize(
