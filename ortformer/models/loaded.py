@@ -30,6 +30,8 @@ class Loaded:
     # late interaction (ColBERT, bge-m3): markers, query expansion and skiplist as the folder names them,
     # made token ids with the tokenizer (hf/late_folders.py's LateSpec), or None
     late_spec: object | None = None
+    # a Hugging Face folder's files as the import parsed them (hf/folder_files.FolderFiles); None otherwise
+    folder: object | None = None
 
     def late(self):
         """The late-interaction settings (late.LateInteraction) as token ids of this model's tokenizer, or None."""
