@@ -72,7 +72,7 @@ def _refuse_untyped_hf_config(folder: Path) -> None:
 
 
 def load_any(path, *, pooling: str | None = None, normalize: bool | None = None, revision: str | None = None,
-             cache_dir=None) -> Loaded:
+             cache_dir=None, truncate_dim: int | None = None) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder, local or
     named by its hub id ("org/name", fetched into the hub cache at ``revision``, models/hub.py).
@@ -82,9 +82,14 @@ def load_any(path, *, pooling: str | None = None, normalize: bool | None = None,
     override a Hugging Face folder's (its sentence-transformers modules', or none); an
     ortformer checkpoint's config sets its own.
     ``source`` is ``"sha256:<hex>"`` of the weight file, after ``"hf:org/name@<commit>,"`` for a hub id.
+    truncate_dim: keep the first truncate_dim values of the sentence embedding (Matryoshka), over
+    what the folder says; ConfigError where the config cannot take it.
     """
     path, snapshot = resolve_folder(path, revision=revision, cache_dir=cache_dir)
     loaded = _load_local(path, pooling, normalize)
+    if truncate_dim is not None:
+        # the slice after the pooling holds no weights: the model just built takes the new config as is
+        loaded.model.config = loaded.config.replace(truncate_dim=truncate_dim)
     if snapshot is None:
         return loaded
     return dataclasses.replace(loaded, source=f"{snapshot.source},{loaded.source}", fetched=snapshot.folder)
