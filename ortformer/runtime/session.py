@@ -495,8 +495,8 @@ class Runtime:
                 token_types: Sequence[Any] | None = None, attention: Sequence[Any] | None = None) -> PreparedBatch:
         """Validate sequences once (as embed takes them; InputError as embed raises) into a
         ``PreparedBatch`` for ``embed_prepared`` or ``run_prepared``, which check nothing again.
-        outputs: output names (None: ``select_output``'s default)."""
-        names = [self.select_output(name) for name in outputs]
+        outputs: output names, or one name (None: ``select_output``'s default)."""
+        names = [self.select_output(name) for name in ([outputs] if isinstance(outputs, str) else outputs)]
         return prepare(self._spec, names, sequences, token_types, attention)
 
     def embed_prepared(self, batch: PreparedBatch, batch_size: int = 32,
@@ -518,7 +518,8 @@ class Runtime:
         ``embed_prepared`` gives them."""
         self._own(batch)
         results = self._empty_results(batch)
-        self._fill(results, np.arange(len(batch)), batch, batch.lengths)
+        if len(batch):
+            self._fill(results, np.arange(len(batch)), batch, batch.lengths)
         return results
 
     def _own(self, batch: PreparedBatch) -> None:
@@ -526,7 +527,7 @@ class Runtime:
         against other limits (vocabulary, lengths), so it is refused."""
         if not isinstance(batch, PreparedBatch):
             raise InputError(f"expected a PreparedBatch from Runtime.prepare(...), got {type(batch).__name__}")
-        if batch.spec != self._spec or not set(batch.outputs) <= set(self.output_names):
+        if (batch.spec is not self._spec and batch.spec != self._spec) or not set(batch.outputs) <= set(self.output_names):
             raise InputError(f"this batch was prepared for another model's inputs; prepare it with {self!r}.prepare")
 
     def _token_budget(self, batch_size: int, max_tokens: int | None) -> int | None:

@@ -99,6 +99,12 @@ def test_a_prepared_batch_is_made_only_by_prepare_and_cannot_change(tokens_rt, f
         tokens_rt.run_prepared([[1, 2]])
 
 
+def test_an_empty_batch_and_one_output_name(tokens_rt):
+    empty = tokens_rt.run_prepared(tokens_rt.prepare([], "sentence_embedding"))
+    assert empty["sentence_embedding"].shape == (0, tokens_rt.config.sentence_size)
+    assert tokens_rt.embed_prepared(tokens_rt.prepare([]))["sentence_embedding"].shape[0] == 0
+
+
 def test_a_second_runtime_of_the_same_file_takes_the_batch(tokens_model, tokens_rt):
     batch = tokens_rt.prepare([[1, 2, 3]])
     other = Runtime(tokens_model, "cpu")
