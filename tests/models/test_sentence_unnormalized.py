@@ -9,6 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from support.exported_models import without_output
 from support.hf import assert_same_embeddings, load_and_export
 
 from ortformer import contract
@@ -37,18 +38,6 @@ def before_normalize(folder, texts) -> np.ndarray:
     assert type(list(model)[-1]).__name__ == "Normalize"
     cut = st.SentenceTransformer(modules=list(model)[:-1], device="cpu")
     return cut.encode(texts, convert_to_numpy=True, batch_size=8)
-
-
-def without_output(path, dest, name=UNNORMALIZED):
-    """A copy of the file (beside it, so its tokenizer still resolves) without graph output `name`:
-    a file as the exporter wrote it before that output existed."""
-    proto = onnx.load(str(path))
-    kept = [o for o in proto.graph.output if o.name != name]
-    assert len(kept) == len(proto.graph.output) - 1
-    del proto.graph.output[:]
-    proto.graph.output.extend(kept)
-    onnx.save(proto, str(dest))
-    return dest
 
 
 def test_the_file_gives_the_vector_before_normalize(dense_file):
@@ -80,7 +69,7 @@ def test_embed_normalize_false_serves_it(dense_file, tmp_path):
     from support.serve import serving
 
     folder, path = dense_file
-    runtimes = {"dense": Runtime(path, "cpu"), "old": Runtime(without_output(path, path.parent / "old.onnx"), "cpu")}
+    runtimes = {"dense": Runtime(path, "cpu"), "old": Runtime(without_output(path, path.parent / "old.onnx", UNNORMALIZED), "cpu")}
     with serving(runtimes, ["dense", "old"]) as running, httpx.Client(base_url=running.url, timeout=30) as client:
         raw = np.array(client.post("/embed", json={"inputs": TEXTS, "normalize": False}).json())
         unit = np.array(client.post("/embed", json={"inputs": TEXTS, "normalize": True}).json())
@@ -101,7 +90,7 @@ def test_embed_normalize_false_serves_it(dense_file, tmp_path):
 
 def test_an_older_file_without_it_loads_unchanged(dense_file, tmp_path):
     _, path = dense_file
-    old = without_output(path, path.parent / "older.onnx")
+    old = without_output(path, path.parent / "older.onnx", UNNORMALIZED)
     model = read_model_file(old)
     assert UNNORMALIZED not in [o.name for o in model.outputs]
     runtime = Runtime(old, "cpu")
