@@ -56,6 +56,10 @@ def test_the_file_gives_the_vector_before_normalize(dense_file):
     worst = report["worst"][UNNORMALIZED]
     assert worst["passed"] and worst["max_rel"] <= report["gate"]["max_rel"]
     assert all(UNNORMALIZED in case["outputs"] for case in report["cases"])
+    from support.cli import invoke
+
+    printed = json.loads(invoke("infer", path, "--text", TEXTS[0], "--text", TEXTS[1], "--tensor", UNNORMALIZED).stdout)
+    np.testing.assert_allclose(np.array(printed), raw[:2], atol=1e-6, rtol=0)
 
 
 def test_no_output_where_the_graph_does_not_normalize(tmp_path):
