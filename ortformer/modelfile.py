@@ -8,7 +8,8 @@ What is checked, in order, each failure a ModelFileError that names the file and
 1. the file parses as ONNX (not other bytes, not truncated) and has a graph and opsets;
 2. it carries ortformer metadata of a format this runtime reads, a valid config,
    a JSON parity report, a version and a source;
-3. the graph's inputs and outputs are the contract's for that config (ortformer.contract);
+3. the graph's inputs and outputs are the contract's for that config (ortformer.contract; a file
+   written before an optional output, contract.OPTIONAL_OUTPUTS, may lack it);
 4. every tensor holds the bytes its dims and type declare (inline or external);
    every external-data location stays inside the model's folder and its file holds
    the bytes the tensor claims (offset + length <= file size);
