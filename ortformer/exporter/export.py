@@ -130,7 +130,7 @@ def check_file(path: Path, cfg: EncoderConfig) -> None:
     except Exception as exc:
         raise ExportError(f"onnx.checker rejected the exported model: {exc}") from exc
     try:
-        check_graph_io(path, onnx.load(str(path), load_external_data=False).graph, cfg)
+        check_graph_io(path, onnx.load(str(path), load_external_data=False).graph, cfg, optional=False)
     except ModelFileError as exc:  # the exporter wrote it: its own failure, not the file's
         raise ExportError(f"the exported graph breaks the contract: {exc}") from None
 
