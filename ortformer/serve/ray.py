@@ -30,16 +30,13 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import HubError, InputError, MissingExtraError
+from ..errors import HubError, InputError, require
 from ..runtime.session import CPU_TOKENS_PER_THREAD
 from .batcher import ROUND_BATCHES
 from ..cpus import available_cpus
 from .options import NAME, ServeOptions, load_runtime
 
-try:
-    from ray import serve
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingExtraError("ortformer.serve.ray", "ray-serve", exc.name or "ray") from exc
+serve = require("ortformer.serve.ray", "ray-serve", "ray.serve")
 
 DEPLOYMENT = "OrtformerServer"
 # the tokens of a short request (one sentence): what max_ongoing_requests is counted in
@@ -105,10 +102,7 @@ def resolve(model: str) -> Path:
         if model.startswith("hf://"):
             raise InputError(f"{model!r} is not a hub model; write hf://org/name/path/model.onnx[@revision]")
         return Path(model)
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:
-        raise MissingExtraError("a hub model (hf://)", "ray-serve", "huggingface_hub") from exc
+    snapshot_download = require("a hub model (hf://)", "ray-serve", "huggingface_hub").snapshot_download
     folder = str(Path(match["file"]).parent)
     patterns = ["*"] if folder == "." else [f"{folder}/*"]
     try:

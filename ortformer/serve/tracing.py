@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Mapping
 
-from ..errors import MissingExtraError
+from ..errors import require
 
 SERVICE_NAME = "ortformer.serve"
 # route -> TEI's span name (its handler's name); other routes use their path
@@ -37,23 +37,19 @@ class Tracing:
     by span; the OTLP exporter is fed in batches off the request path."""
 
     def __init__(self, endpoint: str | None = None, service_name: str = SERVICE_NAME, exporter=None):
-        try:
-            from opentelemetry import trace
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-        except ImportError as exc:  # pragma: no cover - exercised without the extra
-            raise MissingExtraError("--otlp-endpoint", "otel", exc.name or "opentelemetry-sdk") from exc
+        require("--otlp-endpoint", "otel", "opentelemetry.sdk.trace", "opentelemetry.trace.propagation.tracecontext")
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
         self.trace = trace
         self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         if exporter is None:
             if not endpoint:
                 raise ValueError("Tracing needs an OTLP endpoint or an exporter")
-            try:
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-            except ImportError as exc:  # pragma: no cover - exercised without the extra
-                raise MissingExtraError("--otlp-endpoint", "otel", exc.name or "opentelemetry-exporter-otlp") from exc
+            OTLPSpanExporter = require("--otlp-endpoint", "otel",
+                                       "opentelemetry.exporter.otlp.proto.grpc.trace_exporter").OTLPSpanExporter
             exporter = OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
             self.provider.add_span_processor(BatchSpanProcessor(exporter))
         else:

@@ -7,13 +7,9 @@ through grpcio, beside the HTTP routes (needs the ``grpc`` extra).
   the served models' operations (model.py), so gRPC and HTTP share one batcher per model, its
   limits and its metrics; ``with_grpc(app, host, port)`` starts the server with the app.
 """
-from ...errors import MissingExtraError
+from ...errors import require
 
-try:
-    import grpc  # noqa: F401
-    from google import protobuf  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingExtraError("ortformer serve --grpc-port", "grpc", exc.name or "grpcio") from exc
+require("ortformer serve --grpc-port", "grpc", "grpc", "google.protobuf")
 
 from .service import with_grpc
 
