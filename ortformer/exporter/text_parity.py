@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract
-from ..corpus import sentences
+from ..core.corpus import sentences
 from ..config import EncoderConfig
-from ..errors import MissingExtraError, ModelFileError
-from ..parity import row_cosines
+from ..core.errors import MissingExtraError, ModelFileError
+from ..contract.parity import row_cosines
 from ..runtime.batching import length_batches, pad
 
 SENTENCES = 48
@@ -50,7 +50,7 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     max_length truncates as embed_texts does.
     """
     output = compared_output(cfg)
-    from ..text import TextEncoder, TruncationWarning
+    from ..config.text import TextEncoder, TruncationWarning
 
     # recorded, never gated: a tokenizer that cannot run here skips the check, not the export
     try:

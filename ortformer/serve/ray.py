@@ -30,7 +30,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import HubError, InputError, MissingExtraError
+from ..core.errors import HubError, InputError, MissingExtraError
 from ..runtime.session import CPU_TOKENS_PER_THREAD
 from .batcher import ROUND_BATCHES
 from .cpus import available_cpus

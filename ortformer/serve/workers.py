@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import errors
+from ..core import errors
 from .cpus import available_cpus
 from .options import ServeOptions
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...config import SPLADE_POOLINGS, EncoderConfig
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, folder_name, read_json, transformer_dir
