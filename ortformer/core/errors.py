@@ -2,7 +2,7 @@
 that names what was wrong and what would be valid."""
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # ortformer/ (this file is ortformer/core/errors.py)
 
 
 class OrtformerError(Exception):
