@@ -4,6 +4,7 @@ torch is imported inside the commands, so `ortformer infer` works without it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -356,29 +357,26 @@ def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir
         if (entry.exists() or entry.is_symlink()) and not force:
             raise CliError(f"{entry} already exists; pass --force to replace it")
     require_torch("ortformer export")
-    from ..exporter import DEFAULT_OPSET, export, export_steps
+    from ..exporter import DEFAULT_OPSET, GateOptions, GraphOptions, TextSettings, export, export_steps
 
-    options, dropped, text_note = {}, (), None
-    subject = cfg
+    dropped, text_note, provenance = (), None, None
+    if not from_path and truncate_dim is not None:
+        cfg = cfg.replace(truncate_dim=truncate_dim)
+    subject, text = cfg, TextSettings(tokenizer)
     if from_path:
         from ..models import load_any
         from ..models.hf.folder_layout import missing_tokenizer_note
 
         loaded = load_any(from_path, pooling=flags.get("pooling"), normalize=flags.get("normalize"),
-                          revision=revision, cache_dir=cache_dir)
-        subject, cfg, dropped, options = loaded.model, loaded.model.config, loaded.dropped, loaded.export_options()
-        text_note = None if tokenizer or loaded.tokenizer else missing_tokenizer_note(loaded.fetched or from_path)
-    if truncate_dim is not None:
-        cfg = cfg.replace(truncate_dim=truncate_dim)
-        if from_path:  # the slice after the pooling holds no weights: the loaded model takes the new config as is
-            subject.config = cfg
-        else:
-            subject = cfg
-    options["tokenizer"] = tokenizer or options.get("tokenizer")
+                          revision=revision, cache_dir=cache_dir, truncate_dim=truncate_dim)
+        subject, cfg, dropped = loaded.model, loaded.config, loaded.dropped
+        provenance = loaded.export_options(text=False)["provenance"]
+        text = loaded.text_settings(tokenizer=tokenizer or loaded.tokenizer)
+        text_note = None if text.tokenizer else missing_tokenizer_note(loaded.folder or loaded.fetched or from_path)
     if lowercase_texts is not None:
-        if lowercase_texts and options["tokenizer"] is None:
+        if lowercase_texts and text.tokenizer is None:
             raise click.UsageError("--lowercase-texts applies to texts; give --tokenizer (or --from a folder with one)")
-        options["text_lowercase"] = lowercase_texts
+        text = dataclasses.replace(text, lowercase=lowercase_texts)
 
     steps = iter(range(1, 100))
     total = len(export_steps(quantize=quantize, parity=not no_parity))
@@ -387,9 +385,9 @@ def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir
         if not as_json and message != "done":
             click.echo(f"[{next(steps)}/{total}] {message} ...", err=True)
 
-    result = export(subject, output, opset=opset or DEFAULT_OPSET, dtype=dtype, quantize=quantize, seed=seed,
-                    parity=not no_parity,
-                    force=force, keep_failed=keep_failed, progress=progress, fused_ops=not no_fused_ops, **options)
+    result = export(subject, output, seed=seed, force=force, progress=progress, text=text, provenance=provenance,
+                    graph=GraphOptions(opset or DEFAULT_OPSET, dtype, quantize, fused_ops=not no_fused_ops),
+                    gate=GateOptions(parity=not no_parity, keep_failed=keep_failed))
     triton_entry = None
     if triton_repo:
         from ..scale.triton import write_triton_repo

@@ -24,7 +24,7 @@ from .common import (CliError, check_output, echo_json, human_size, model_argume
                      threads_option, usage_errors, written)
 
 OUTPUTS = (contract.LAST_HIDDEN_STATE, contract.SENTENCE_EMBEDDING, contract.LOGITS, contract.TOKEN_EMBEDDINGS,
-           contract.SPARSE)
+           contract.SPARSE, contract.SENTENCE_EMBEDDING_UNNORMALIZED)
 
 
 def _parse_json(text: str, what: str):
@@ -242,7 +242,8 @@ def _jsonable(result):
 @click.option("--tensor", type=click.Choice(OUTPUTS),
               help="Which output tensor (default: logits for a classifier, else sentence_embedding when "
                    "the model pools, else last_hidden_state; token_embeddings: a late-interaction model's "
-                   "vectors per kept token; sparse: its weights, per text {token id: weight} as with --sparse).")
+                   "vectors per kept token; sparse: its weights, per text {token id: weight} as with --sparse; "
+                   "sentence_embedding_unnormalized: a normalizing model's vector before the normalization).")
 @click.option("--format", "fmt", type=click.Choice(["json", "npy"]), help="Output format (default: npy for -o *.npy, else json).")
 @click.option("--sparse", is_flag=True, help='JSON rows as {"indices": [...], "values": [...]}, the non-zero entries '
               "of each vector: a SPLADE model's term weights (token id -> weight) without its zeros.")

@@ -172,7 +172,6 @@ class TextEncoder:
                  for i, token, special, (start, stop) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets)]
                 for e in encodings]
 
-
     def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """Each id list back to its text (the tokenizer's decoder; special tokens dropped when
         ``skip_special_tokens``). Ids must be in [0, vocab_size)."""
@@ -181,15 +180,22 @@ class TextEncoder:
             return self._tokenizer.decode_batch(rows, skip_special_tokens=skip_special_tokens)
 
 
+def text_encoder(tokenizer, lowercase: bool = False) -> TextEncoder:
+    """``tokenizer`` as it is when already a TextEncoder (built once, handed on), else loaded."""
+    return tokenizer if isinstance(tokenizer, TextEncoder) else TextEncoder(tokenizer, lowercase)
+
+
 def check_tokenizer(path, vocab_size: int) -> TextEncoder:
-    """``path`` loaded as a tokenizer.json whose ids fit a model of ``vocab_size`` tokens.
+    """``path`` (or a TextEncoder already loaded) as a tokenizer.json whose ids fit a model of
+    ``vocab_size`` tokens; returns the TextEncoder.
 
     Raises ModelFileError when the file is not a tokenizer, when the model takes float
     features (vocab_size 0), or when its vocabulary itself reaches past vocab_size (another
     model's tokenizer: most texts would fail, long after export). Added tokens past it (a
     tokenizer grown without resizing the embeddings, which transformers runs as long as no
     text holds them) are warned about: a text holding one is refused at run time."""
-    encoder = TextEncoder(path)
+    encoder = text_encoder(path)
+    path = encoder.path
     if vocab_size < 1:
         raise ModelFileError(f"tokenizer {path}: the model takes float features (vocab_size=0), not token ids")
     beyond = {token: i for token, i in encoder.vocabulary().items() if i >= vocab_size}

@@ -51,6 +51,10 @@ TOKEN_TYPE_IDS = "token_type_ids"
 TASK_ID = "task_id"
 LAST_HIDDEN_STATE = "last_hidden_state"
 SENTENCE_EMBEDDING = "sentence_embedding"
+# a model whose graph normalizes its sentence embedding: the vector right before that normalization
+# (after pooling and any Dense head; truncate_dim applied), (B, S), what TEI's normalize=false answers.
+# Optional on reading: files written before it lack it (OPTIONAL_OUTPUTS)
+SENTENCE_EMBEDDING_UNNORMALIZED = "sentence_embedding_unnormalized"
 LOGITS = "logits"
 # late interaction: per-token unit vectors (B, N, D) (ColBERT, bge-m3's colbert_linear), and one
 # weight per token (B, N) (bge-m3's sparse_linear); see late.py for what the runtime keeps of them
@@ -73,7 +77,18 @@ def input_names(cfg: EncoderConfig) -> list[str]:
     return names
 
 
+def gives_unnormalized(cfg: EncoderConfig) -> bool:
+    """Whether the exporter writes SENTENCE_EMBEDDING_UNNORMALIZED: the graph normalizes its pooled vector."""
+    return cfg.pooling != "none" and cfg.normalize_embeddings
+
+
+# outputs a file may lack and still be read (the exporter always writes them): older files
+OPTIONAL_OUTPUTS = (SENTENCE_EMBEDDING_UNNORMALIZED,)
+
+
 def output_names(cfg: EncoderConfig) -> list[str]:
+    """Graph outputs in the order the exporter writes them (Encoder.forward's dict order); the
+    optional ones last, so a file without them lists the others in the same order."""
     names = [LAST_HIDDEN_STATE]
     if cfg.pooling != "none":
         names.append(SENTENCE_EMBEDDING)
@@ -83,6 +98,8 @@ def output_names(cfg: EncoderConfig) -> list[str]:
         names.append(TOKEN_EMBEDDINGS)
     if cfg.token_weights:
         names.append(SPARSE)
+    if gives_unnormalized(cfg):
+        names.append(SENTENCE_EMBEDDING_UNNORMALIZED)
     return names
 
 
@@ -98,6 +115,8 @@ def output_shapes(cfg: EncoderConfig) -> dict[str, list]:
         shapes[TOKEN_EMBEDDINGS] = [BATCH_AXIS, SEQUENCE_AXIS, cfg.token_dense.size]
     if cfg.token_weights:
         shapes[SPARSE] = [BATCH_AXIS, SEQUENCE_AXIS]
+    if gives_unnormalized(cfg):
+        shapes[SENTENCE_EMBEDDING_UNNORMALIZED] = [BATCH_AXIS, cfg.sentence_size]
     return shapes
 
 

@@ -33,13 +33,13 @@ from .fused_ops import TRANSLATIONS
 from .int8 import ROW_QUANTIZE_OPSET
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 from .text_parity import compared_output, text_parity
-from ..config.text import check_tokenizer
+from ..config.text import TextEncoder, check_tokenizer
+from .settings import DEFAULT_OPSET, GateOptions, GraphOptions, Provenance, TextSettings, grouped  # noqa: F401  (DEFAULT_OPSET: re-exported)
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph
 # optimizer and quantizer handle best: SDPA decomposes into MatMul/Softmax that ORT
 # fuses, while opset 23 turns it into the `Attention` op whose CPU kernel rejects a
 # (B, 1, 1, N) key mask and which the int8 quantizer rewrites into a broken node.
-DEFAULT_OPSET = 18
 SUPPORTED_OPSETS = range(18, 23)
 
 
@@ -130,7 +130,7 @@ def check_file(path: Path, cfg: EncoderConfig) -> None:
     except Exception as exc:
         raise ExportError(f"onnx.checker rejected the exported model: {exc}") from exc
     try:
-        check_graph_io(path, onnx.load(str(path), load_external_data=False).graph, cfg)
+        check_graph_io(path, onnx.load(str(path), load_external_data=False).graph, cfg, optional=False)
     except ModelFileError as exc:  # the exporter wrote it: its own failure, not the file's
         raise ExportError(f"the exported graph breaks the contract: {exc}") from None
 
@@ -143,41 +143,27 @@ def export_steps(*, quantize: str | None = None, parity: bool = True) -> list[st
             "onnx.checker (full)", *(["parity gate against eager PyTorch"] if parity else [])]
 
 
-def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "float32",
-           quantize: str | None = None, seed: int = 0,
-           source: str | None = None, parity: bool = True, force: bool = False,
-           keep_failed=None, reference: Encoder | None = None, fused_ops: bool = True,
-           tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False,
-           family: str | None = None, prompts: dict[str, str] | None = None, default_prompt: str | None = None,
-           chunked: bool = True, labels=(), late=None, rerank=None,
-           progress: Callable[[str], None] | None = None) -> ExportResult:
+def export(model_or_config, path, *, graph: GraphOptions | None = None, text: TextSettings | None = None,
+           provenance: Provenance | None = None, gate: GateOptions | None = None, seed: int = 0,
+           force: bool = False, progress: Callable[[str], None] | None = None, **flat) -> ExportResult:
     """Export to ``path`` atomically; raise ParityError (and leave nothing at path) on a failed gate.
 
-    reference: the eager model parity compares against (default: the exported model).
-    keep_failed: where to keep a model that failed the gate, for inspection.
-    fused_ops: onnxruntime's fused contrib kernels (com.microsoft MultiHeadAttention
-        for softmax attention, Gelu); False keeps the graph to standard ONNX ops.
-    tokenizer: a tokenizer.json copied beside the model as ``<stem>.tokenizer.json`` and
-        named in the metadata, so ``Runtime.embed_texts`` and ``infer --text`` work.
-    text_max_length: default truncation for text (sentence-transformers' max_seq_length).
-    text_lowercase: texts are lowercased before tokenizing (sentence-transformers' do_lower_case).
-    family: the Hugging Face model_type the weights came from, recorded for ``info``.
-    prompts / default_prompt: sentence-transformers prompts (name -> text prepended before
-        tokenizing) and the one ``Runtime.embed_texts`` uses when none is named.
-    labels: the classifier head's label names by id (config.classifier.labels of them),
-        recorded for ``Runtime.labels`` and ``info``.
-    late: a late.LateInteraction (markers, query expansion, skiplist) for a model with a per-token
-        head (token_embeddings, sparse), recorded for ``Runtime.embed_texts(kind=...)``.
-    rerank: an LLM reranker's rerank_template.RerankTemplate (a one-label head on the last token),
-        recorded for ``Runtime.rerank`` and serve's /rerank.
-    chunked: for float32 linear-family models, also write the chunk stages that let the
-        runtime run sequences of any length chunk by chunk (and stream causal models);
-        gated on cases longer than one chunk.
-    dtype / quantize: "float16" weights and activations, or "int8" (exporter/int8.py: per-row scales);
-        both gated on cosine against the float32 eager model.
+    model_or_config: an ortformer Encoder (``load_any(...).model``), or an EncoderConfig built
+    with random weights from ``seed``. graph: opset, dtype / quantize, fused ops, chunk stages
+    (GraphOptions); text: tokenizer, truncation length, lowercasing, prompts, late-interaction
+    settings, an LLM reranker's template (TextSettings; ``Loaded.export_options()`` gives an import's); provenance: source,
+    family, labels (Provenance); gate: parity on or off, reference model, where to keep a failed
+    file (GateOptions): exporter/settings.py documents each field. force: replace existing files.
+    progress: called with each of ``export_steps(...)`` in turn, then "done".
+    flat: the keywords of older calls (dtype=, tokenizer=, source=, parity=, ...; settings.FLAT_KEYWORDS),
+    each set over its group.
     """
+    groups = grouped({"graph": graph, "text": text, "provenance": provenance, "gate": gate}, flat)
+    graph, text, provenance, gate = groups["graph"], groups["text"], groups["provenance"], groups["gate"]
+    opset, dtype, quantize, fused_ops = graph.opset, graph.dtype, graph.quantize, graph.fused_ops
+    tokenizer, text_max_length = text.tokenizer, text.max_length
     report_progress = progress or (lambda message: None)
-    plan = iter(export_steps(quantize=quantize, parity=parity))
+    plan = iter(export_steps(quantize=quantize, parity=gate.parity))
 
     def step() -> None:
         report_progress(next(plan))
@@ -194,7 +180,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     if quantize is not None and not fused_ops:
         raise ExportError(f"quantize={quantize!r} writes onnxruntime's MatMulIntegerToFloat (com.microsoft); "
                           "fused_ops=False promises standard ONNX ops only: drop one of the two")
-    precision = quantize or dtype
+    precision = graph.precision
     if isinstance(model_or_config, EncoderConfig):  # before torch allocates the weights
         cfg = model_or_config
         cost.check_fits(cost.parameter_bytes(cfg), f"exporting a {cfg.num_layers}-layer encoder of width "
@@ -209,17 +195,18 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         raise ExportError(f"output path {dest} must end in .onnx")
     check_destination(dest.absolute(), force)  # refuse before spending a trace; checked again at commit
 
-    source = source or default_source
+    source = provenance.source or default_source
     # optional keys first, required ones after: protobuf has no end marker, so a file cut
     # between two fields still parses; cut anywhere before the last required key, it is
     # refused as incomplete instead of loading without its optional metadata
     meta = {}
     tokenizer_name = f"{dest.stem}.tokenizer.json"
+    encoder = None  # the one TextEncoder of this export: checked here, then calibration and text parity
     if tokenizer is not None:
         if not Path(tokenizer).is_file():
             raise ExportError(f"tokenizer {tokenizer} is not a file; give a tokenizer.json path")
         try:
-            check_tokenizer(tokenizer, cfg.vocab_size)
+            encoder = check_tokenizer(TextEncoder(tokenizer, text.lowercase), cfg.vocab_size)
         except ModelFileError as exc:
             raise ExportError(str(exc)) from None
         # the side file is part of the output: replaced only with force, like the model
@@ -228,8 +215,9 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
     if text_max_length is not None:
         check_int("text_max_length", text_max_length, high=cfg.max_sequence, error=ExportError)
         meta[contract.META_TEXT_MAX_LENGTH] = str(text_max_length)
-    if text_lowercase and tokenizer is not None:  # without a tokenizer the file takes no texts
+    if text.lowercase and tokenizer is not None:  # without a tokenizer the file takes no texts
         meta[contract.META_TEXT_LOWERCASE] = "true"
+    family, labels, late = provenance.family, provenance.labels, text.late
     if family is not None:
         meta[contract.META_FAMILY] = str(family)
     if labels:
@@ -248,14 +236,14 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
             raise ExportError(f"late-interaction settings name token ids {beyond[:5]} outside the vocabulary "
                               f"(vocab_size={cfg.vocab_size})")
         meta[contract.META_LATE] = late.to_json()
-    if rerank is not None:
+    if text.rerank is not None:
         problem = contract.rerank_problem(cfg)
         if problem:
             raise ExportError(f"a reranker's template needs {problem}")
-        meta[contract.META_RERANK] = rerank.to_json()
-    if prompts or default_prompt is not None:
+        meta[contract.META_RERANK] = text.rerank.to_json()
+    if text.prompts or text.default_prompt is not None:
         try:
-            meta[contract.META_PROMPTS] = contract.prompts_json(dict(prompts or {}), default_prompt)
+            meta[contract.META_PROMPTS] = contract.prompts_json(dict(text.prompts or {}), text.default_prompt)
         except ValueError as exc:
             raise ExportError(f"prompts: {exc}") from None
 
@@ -273,7 +261,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         contract.META_PARITY: json.dumps({"skipped": True, "reason": "the export did not reach the gate",
                                           "dtype": precision}),
     })
-    if chunked and precision == "float32":  # part of the tracing step: more graphs of the same model
+    if graph.chunked and precision == "float32":  # part of the tracing step: more graphs of the same model
         payload = chunked_payload(model, proto, opset)
         if payload is not None:
             meta[contract.META_CHUNKED] = payload
@@ -287,18 +275,17 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
         if quantize == "int8":
             step()  # int8 quantization
             quantized = staged.path.with_name("int8.onnx")
-            record = quantize_int8(staged.path, quantized, cfg, Path(tokenizer) if tokenizer is not None else None,
-                                   text_lowercase)
+            record = quantize_int8(staged.path, quantized, cfg, encoder)
             os.replace(quantized, staged.path)
             staged.rewrite_metadata({contract.META_INT8: json.dumps(record)})
         # the weights as they will ship (after int8), for `ortformer check` to compare against later
         staged.rewrite_metadata({contract.META_WEIGHTS: file_weights_digest(staged.path)})
         step()  # onnx.checker
         check_file(staged.path, cfg)
-        if parity:
+        if gate.parity:
             step()  # the parity gate
-            report = _gate(staged, reference or model, cfg, precision, keep_failed,
-                           tokenizer=tokenizer, text_max_length=text_max_length, text_lowercase=text_lowercase)
+            report = _gate(staged, gate.reference or model, cfg, precision, gate.keep_failed,
+                           encoder=encoder, text_max_length=text_max_length)
         else:
             report = {"skipped": True, "reason": "parity disabled by the caller", "dtype": precision}
         staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
@@ -310,7 +297,7 @@ def export(model_or_config, path, *, opset: int = DEFAULT_OPSET, dtype: str = "f
 
 
 def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: str, keep_failed,
-          tokenizer=None, text_max_length: int | None = None, text_lowercase: bool = False) -> dict:
+          encoder=None, text_max_length: int | None = None) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -322,11 +309,11 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     if contract.META_CHUNKED in {p.key for p in onnx.load(str(staged.path), load_external_data=False).metadata_props}:
         report["chunked"] = chunked_gate(staged.path, eager_runner(reference), cfg, dtype)
         report["passed"] = report["passed"] and report["chunked"]["passed"]
-    if tokenizer is not None and compared_output(cfg) is not None:
+    if encoder is not None and compared_output(cfg) is not None:
         # recorded beside the gate, not gated: the grid is the gate every model shares
         session = open_session(staged.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
-        report["text"] = text_parity(session, eager_runner(reference), cfg, Path(tokenizer),
-                                     text_max_length or cfg.max_sequence, lowercase=text_lowercase)
+        report["text"] = text_parity(session, eager_runner(reference), cfg, encoder,
+                                     text_max_length or cfg.max_sequence)
         del session
     if not report["passed"]:
         if keep_failed:  # the kept file says it failed, and where

@@ -38,8 +38,9 @@ class Float16Encoder(nn.Module):
         return {name: value.float() for name, value in self.inner(*args).items()}
 
 
-def calibration_feeds(cfg, tokenizer: Path | None, lowercase: bool = False) -> tuple[list[dict], str]:
+def calibration_feeds(cfg, tokenizer, lowercase: bool = False) -> tuple[list[dict], str]:
     """Inputs the int8 calibration runs the float model on, and a phrase saying what they are.
+    tokenizer: a TextEncoder (used as it is), a tokenizer.json path, or None.
 
     Real sentences through the tokenizer when there is one (distinct from the 48 the text
     parity check reports on), else random ids with right padding, as the parity grid makes.
@@ -53,11 +54,11 @@ def calibration_feeds(cfg, tokenizer: Path | None, lowercase: bool = False) -> t
         from ..core.corpus import sentences
         from ..core.errors import MissingExtraError, ModelFileError
         from ..runtime.batching import pad
-        from ..config.text import TextEncoder, TruncationWarning
+        from ..config.text import TruncationWarning, text_encoder
         import warnings
 
         try:
-            encoder = TextEncoder(tokenizer, lowercase)
+            encoder = text_encoder(tokenizer, lowercase)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TruncationWarning)
                 ids, _, _ = encoder.encode(sentences(144)[48:], min(cfg.max_positions, 256))
@@ -78,8 +79,9 @@ def calibration_feeds(cfg, tokenizer: Path | None, lowercase: bool = False) -> t
     return [make_inputs(cfg, Case(4, n, "right"), rng) for _ in range(4)], f"16 random rows of {n} tokens"
 
 
-def quantize_int8(source: Path, target: Path, cfg, tokenizer: Path | None = None, lowercase: bool = False) -> dict:
-    """Batch-invariant int8 (exporter/int8.py); returns the record kept in the model's metadata."""
+def quantize_int8(source: Path, target: Path, cfg, tokenizer=None, lowercase: bool = False) -> dict:
+    """Batch-invariant int8 (exporter/int8.py); returns the record kept in the model's metadata.
+    tokenizer: the calibration's (a TextEncoder, a tokenizer.json path, or None: random ids)."""
     from .int8 import quantize_int8_rows
 
     feeds, calibration = calibration_feeds(cfg, tokenizer, lowercase)

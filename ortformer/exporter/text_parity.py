@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -39,7 +38,7 @@ def compared_output(cfg: EncoderConfig) -> str | None:
     return contract.TOKEN_EMBEDDINGS if cfg.token_dense else None
 
 
-def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, tokenizer: Path, max_length: int,
+def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, tokenizer, max_length: int,
                 count: int = SENTENCES, lowercase: bool = False) -> dict:
     """{"sentences", "output", "min_cosine", "median_cosine", "max_abs"} of compared_output(cfg),
     session vs eager.
@@ -47,14 +46,15 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     Cosine per sentence between (n, S) vectors (logits: of all sentences' logits as one vector,
     since a text's one or few scores have no direction; token_embeddings: per kept token), and the
     largest absolute difference;
-    max_length truncates as embed_texts does.
+    max_length truncates as embed_texts does. tokenizer: a TextEncoder (used as it is, with its own
+    lowercasing) or a tokenizer.json path.
     """
     output = compared_output(cfg)
-    from ..config.text import TextEncoder, TruncationWarning
+    from ..config.text import TruncationWarning, text_encoder
 
     # recorded, never gated: a tokenizer that cannot run here skips the check, not the export
     try:
-        encoder = TextEncoder(tokenizer, lowercase)
+        encoder = text_encoder(tokenizer, lowercase)
     except (MissingExtraError, ModelFileError) as exc:
         return {"skipped": True, "reason": str(exc)}
     with warnings.catch_warnings():

@@ -8,7 +8,8 @@ What is checked, in order, each failure a ModelFileError that names the file and
 1. the file parses as ONNX (not other bytes, not truncated) and has a graph and opsets;
 2. it carries ortformer metadata of a format this runtime reads, a valid config,
    a JSON parity report, a version and a source;
-3. the graph's inputs and outputs are the contract's for that config (ortformer.contract);
+3. the graph's inputs and outputs are the contract's for that config (ortformer.contract; a file
+   written before an optional output, contract.OPTIONAL_OUTPUTS, may lack it);
 4. every tensor holds the bytes its dims and type declare (inline or external);
    every external-data location stays inside the model's folder and its file holds
    the bytes the tensor claims (offset + length <= file size);
@@ -289,17 +290,25 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, dtype, shape)
 
 
-def check_graph_io(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig) -> tuple[tuple[TensorSpec, ...], ...]:
+def check_graph_io(path: Path, graph: onnx.GraphProto, cfg: EncoderConfig,
+                   optional: bool = True) -> tuple[tuple[TensorSpec, ...], ...]:
     """(inputs, outputs) of `graph`, checked against the contract for `cfg`: names, element
-    types and shapes (symbolic axes by name). ModelFileError names the first mismatch."""
+    types and shapes (symbolic axes by name). ModelFileError names the first mismatch.
+    `optional`: the outputs may lack contract.OPTIONAL_OUTPUTS (files written before them);
+    False (the exporter's own check): every output of the contract."""
     # IR < 4 lists initializers among the inputs; they are weights, not inputs
     weights = {t.name for t in graph.initializer}
     inputs = tuple(_spec(v) for v in graph.input if v.name not in weights)
     outputs = tuple(_spec(v) for v in graph.output)
-    for kind, got, want in (("inputs", inputs, contract.input_names(cfg)), ("outputs", outputs, contract.output_names(cfg))):
+    full = contract.output_names(cfg)
+    older = [name for name in full if name not in contract.OPTIONAL_OUTPUTS]
+    for kind, got, wants in (("inputs", inputs, [contract.input_names(cfg)]),
+                             ("outputs", outputs, [full, older] if optional and older != full else [full])):
         names = [s.name for s in got]
-        if sorted(names) != sorted(want):
-            raise ModelFileError(f"{path}: graph {kind} {names} do not match the ortformer contract for its config: expected {want}")
+        if not any(sorted(names) == sorted(want) for want in wants):
+            also = f" (or without {[n for n in full if n not in older]}, as older files are)" if len(wants) > 1 else ""
+            raise ModelFileError(f"{path}: graph {kind} {names} do not match the ortformer contract for its config: "
+                                 f"expected {wants[0]}{also}")
     for spec in inputs:
         if spec.dtype not in _ALLOWED_INPUT_TYPES[spec.name]:
             raise ModelFileError(f"{path}: graph input {spec.name} has type {spec.dtype}; the contract allows {list(_ALLOWED_INPUT_TYPES[spec.name])}")

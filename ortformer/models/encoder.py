@@ -64,7 +64,9 @@ class Encoder(nn.Module):
     attention_mask: int (B, N), 1 = keep, 0 = padding.
     Returns last_hidden_state (B, N, F) and, when pooling is set, sentence_embedding (B, S):
     p = pool(x) (B, F); s = act(W p + b) with W (S, F) when sentence_dense.size = S, else s = p;
-    then s / ||s|| when normalize_embeddings, and s[:, :K] with truncate_dim = K. With classifier.labels = L,
+    then s / ||s|| when normalize_embeddings, and s[:, :K] with truncate_dim = K; with normalize_embeddings
+    also sentence_embedding_unnormalized s[:, :K] (B, S), the vector before the normalization (last
+    in the dict, as contract.output_names). With classifier.labels = L,
     logits = W_o h + b_o with h = norm(act(W_h v + b_h)) (the Dense when classifier.dense is set, the norm
     when classifier.norm), per token v = x_i (B, N, L), per sequence v = pool(x, classifier.pooling) (B, L)
     (over kept tokens whose id is not classifier.pad_id, when set).
@@ -193,8 +195,11 @@ class Encoder(nn.Module):
             pooled = pool(x, key_mask, cfg.pooling)  # (B, F)
             if self.sentence_dense is not None:
                 pooled = self.sentence_activation(self.sentence_dense(pooled))  # (B, S)
+        unnormalized = None
         if cfg.pooling != "none":
-            pooled = normalized(pooled) if cfg.normalize_embeddings else pooled
+            if cfg.normalize_embeddings:
+                unnormalized = pooled[:, :cfg.truncate_dim] if cfg.truncate_dim else pooled
+                pooled = normalized(pooled)
             # Matryoshka truncation after the normalisation, as sentence-transformers' truncate_dim
             outputs["sentence_embedding"] = pooled[:, :cfg.truncate_dim] if cfg.truncate_dim else pooled
         if logits is not None:
@@ -205,6 +210,8 @@ class Encoder(nn.Module):
             outputs["token_embeddings"] = normalized(self.token_dense(x))  # (B, N, D)
         if self.token_weight is not None:
             outputs["sparse"] = torch.relu(self.token_weight(x)).squeeze(-1)  # (B, N)
+        if unnormalized is not None:  # last: contract.output_names' order, the optional output after the others
+            outputs["sentence_embedding_unnormalized"] = unnormalized  # (B, S)
         return outputs
 
     def convolve(self, x: torch.Tensor, embedded: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..core.errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.family import elsewhere_hint, family_for, model_types
+from .hf.folder_files import FolderFiles
 from .hf.folder_layout import HF_WEIGHT_NAMES, is_hf_folder, read_json, transformer_dir
 from .hf.vocab_tokenizers import as_transformers_reads, built_tokenizer
 from .hub import resolve_folder
@@ -24,20 +25,20 @@ def unsupported_model_type(model_type) -> CheckpointError:
 def load_hf(folder, **options) -> Loaded:
     """Import a Hugging Face / sentence-transformers folder of any supported family.
 
-    options (pooling, normalize, name) go to the family's loader."""
-    root = Path(folder)
-    model_dir = transformer_dir(root)
-    config = read_json(model_dir / "config.json")
-    model_type = config.get("model_type")
-    family = family_for(config)
+    folder: a path, or the FolderFiles already read from it (its config.json is parsed once,
+    here or by the caller, and handed to the family's loader); options (pooling, normalize,
+    name) go to the family's loader."""
+    files = FolderFiles.of(folder)
+    family = family_for(files.config)
     if family is None:
-        raise unsupported_model_type(model_type)
-    loaded = family.load(folder, **options)
+        raise unsupported_model_type(files.model_type)
+    loaded = family.load(files, **options)
     if loaded.tokenizer is None:  # an older save: a tokenizer.json built from its vocabulary, if it has one
-        built = built_tokenizer(model_dir, root, model_type)
+        built = built_tokenizer(files.model_dir, files.root, files.model_type)
         loaded = dataclasses.replace(loaded, tokenizer=built) if built else loaded
     if loaded.tokenizer is not None:
-        loaded = dataclasses.replace(loaded, tokenizer=as_transformers_reads(loaded.tokenizer, model_dir, root))
+        loaded = dataclasses.replace(loaded, tokenizer=as_transformers_reads(loaded.tokenizer, files.model_dir,
+                                                                             files.root))
     return loaded
 
 
@@ -71,7 +72,7 @@ def _refuse_untyped_hf_config(folder: Path) -> None:
 
 
 def load_any(path, *, pooling: str | None = None, normalize: bool | None = None, revision: str | None = None,
-             cache_dir=None) -> Loaded:
+             cache_dir=None, truncate_dim: int | None = None) -> Loaded:
     """The model, its source digest, tokenizer and text length from an ortformer
     checkpoint folder or weight file, or a Hugging Face / sentence-transformers folder, local or
     named by its hub id ("org/name", fetched into the hub cache at ``revision``, models/hub.py).
@@ -81,9 +82,14 @@ def load_any(path, *, pooling: str | None = None, normalize: bool | None = None,
     override a Hugging Face folder's (its sentence-transformers modules', or none); an
     ortformer checkpoint's config sets its own.
     ``source`` is ``"sha256:<hex>"`` of the weight file, after ``"hf:org/name@<commit>,"`` for a hub id.
+    truncate_dim: keep the first truncate_dim values of the sentence embedding (Matryoshka), over
+    what the folder says; ConfigError where the config cannot take it.
     """
     path, snapshot = resolve_folder(path, revision=revision, cache_dir=cache_dir)
     loaded = _load_local(path, pooling, normalize)
+    if truncate_dim is not None:
+        # the slice after the pooling holds no weights: the model just built takes the new config as is
+        loaded.model.config = loaded.config.replace(truncate_dim=truncate_dim)
     if snapshot is None:
         return loaded
     return dataclasses.replace(loaded, source=f"{snapshot.source},{loaded.source}", fetched=snapshot.folder)
@@ -97,8 +103,9 @@ def _load_local(path: Path, pooling: str | None, normalize: bool | None) -> Load
             raise CheckpointError(f"{path} lies in a Hugging Face folder whose weights are read by name "
                                   f"({', '.join(HF_WEIGHT_NAMES)} or their shards); pass the folder {path.parent}")
         path = _around_transformer_module(path.parent)
-    if path.is_dir() and is_hf_folder(path):
-        return load_hf(path, **{k: v for k, v in (("pooling", pooling), ("normalize", normalize)) if v is not None})
+    files = FolderFiles.hugging_face(path) if path.is_dir() else None
+    if files is not None:
+        return load_hf(files, **{k: v for k, v in (("pooling", pooling), ("normalize", normalize)) if v is not None})
     if path.is_dir():
         _refuse_untyped_hf_config(path)
     if pooling is not None or normalize is not None:

@@ -6,11 +6,12 @@ parity, text; tests/test_layers.py holds the layers): never torch, ortformer.mod
 app can serve models without the export extra installed.
 """
 from ..modelfile import ModelFile, TensorSpec, read_model_file, resolve_inside, tokenizer_path
+from .batching import PreparedBatch
 from .providers import PROVIDERS
 from .session import ProviderFallbackWarning, Runtime, TextUnavailableWarning
 from .validate import check_inputs
 
 __all__ = [
-    "Runtime", "ProviderFallbackWarning", "TextUnavailableWarning", "PROVIDERS",
+    "Runtime", "PreparedBatch", "ProviderFallbackWarning", "TextUnavailableWarning", "PROVIDERS",
     "ModelFile", "TensorSpec", "read_model_file", "resolve_inside", "tokenizer_path", "check_inputs",
 ]

@@ -136,7 +136,11 @@ class ChunkedRunner:
                                  "nothing was returned")
         outputs = {contract.LAST_HIDDEN_STATE: hidden}
         if cfg.pooling != "none":
-            outputs[contract.SENTENCE_EMBEDDING] = self._pool(hidden, mask, spans)
+            pooled = self._pool(hidden, mask, spans)  # (B, F) float64
+            if cfg.normalize_embeddings:
+                outputs[contract.SENTENCE_EMBEDDING_UNNORMALIZED] = pooled.astype(np.float32)
+                pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            outputs[contract.SENTENCE_EMBEDDING] = pooled.astype(np.float32)
         return outputs
 
     def _layer_total(self, hidden, mask, spans, group) -> np.ndarray:
@@ -171,9 +175,7 @@ class ChunkedRunner:
             for s, e in spans:
                 total += np.einsum("bnf,bn->bf", hidden[:, s:e], mask[:, s:e].astype(np.float32), dtype=np.float64)
             pooled = total / np.maximum(mask.sum(axis=1, dtype=np.float64), 1.0)[:, None]
-        if cfg.normalize_embeddings:
-            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return pooled.astype(np.float32)
+        return pooled  # (B, F) float64, before any normalization
 
     # -- step mode (causal) --------------------------------------------------------------
     def initial_states(self, batch: int) -> list[np.ndarray]:

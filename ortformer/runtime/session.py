@@ -8,7 +8,6 @@ shared by any number of threads.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import warnings
 from pathlib import Path
@@ -23,15 +22,15 @@ from ..core.errors import InputError, MissingExtraError, ModelFileError, Provide
 from ..modelfile.int8_kernels import NO_CUDA_KERNELS, open_session
 from ..config.text import check_texts
 from . import providers
-from .batching import length_batches, pad
 from ..core.cpus import available_cpus
+from .batching import PreparedBatch, length_batches, prepare
 from ..modelfile.chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
 from .openvino_session import OpenVINOSession, int8_refused
 from .tuned import check_opened as check_tuned_file, resolve as resolve_tuned
 from .optimize import optimized_for_cpu
-from .validate import InputSpec, as_array, check_inputs, task_ids
+from .validate import InputSpec, check_inputs, task_ids
 
 
 # embed's CPU batches hold at most this many padded tokens per intra-op thread, so each
@@ -39,8 +38,6 @@ from .validate import InputSpec, as_array, check_inputs, task_ids
 CPU_TOKENS_PER_THREAD = 256
 
 
-# "input_ids[0, 5]" of a sequence checked as a batch of one is its token 5: "input_ids[5]"
-BATCH_OF_ONE = re.compile(rf"\b({contract.INPUT_IDS}|{contract.INPUTS_EMBEDS}|{contract.TOKEN_TYPE_IDS})\[0, ")
 
 
 class ProviderFallbackWarning(RuntimeWarning):
@@ -566,49 +563,78 @@ class Runtime:
                       attention: Sequence[Any] | None = None, task=None) -> dict[str, Any]:
         """embed for several outputs from one run per batch: {output: its result, as embed gives it}."""
         names = [self.select_output(name) for name in outputs]
+        max_tokens = self._token_budget(batch_size, max_tokens)
+        return self.embed_prepared(self.prepare(sequences, names, token_types=token_types, attention=attention,
+                                                task=task), batch_size, max_tokens)
+
+    def prepare(self, sequences: Sequence[Any], outputs: Sequence[str | None] = (None,), *,
+                token_types: Sequence[Any] | None = None, attention: Sequence[Any] | None = None,
+                task=None) -> PreparedBatch:
+        """Validate sequences once (as embed takes them; InputError as embed raises) into a
+        ``PreparedBatch`` for ``embed_prepared`` or ``run_prepared``, which check nothing again.
+        outputs: output names, or one name (None: ``select_output``'s default); task: as embed's."""
+        names = [self.select_output(name) for name in ([outputs] if isinstance(outputs, str) else outputs)]
+        return prepare(self._spec, names, sequences, token_types, attention, task)
+
+    def embed_prepared(self, batch: PreparedBatch, batch_size: int = 32,
+                       max_tokens: int | None = None) -> dict[str, Any]:
+        """Run a prepared batch sorted by length and cut by batch_size and max_tokens (as embed
+        does): {output: (n, S) float32 for a pooled output, else a list of (len_i, ...) arrays},
+        rows in the batch's order."""
+        self._own(batch)
+        max_tokens = self._token_budget(batch_size, max_tokens)
+        results = self._empty_results(batch)
+        lengths = batch.lengths
+        for rows in length_batches(lengths, batch_size, max_tokens):
+            self._fill(results, rows, batch.take(rows), lengths)
+        return results
+
+    def run_prepared(self, batch: PreparedBatch) -> dict[str, Any]:
+        """Run a prepared batch as one model call, padded to its longest sequence, in the order
+        given (no sorting, no budget: for a caller that cut its own batches); results as
+        ``embed_prepared`` gives them."""
+        self._own(batch)
+        results = self._empty_results(batch)
+        if len(batch):
+            self._fill(results, np.arange(len(batch)), batch, batch.lengths)
+        return results
+
+    def _own(self, batch: PreparedBatch) -> None:
+        """A batch prepared for this model's inputs: one prepared for another model was checked
+        against other limits (vocabulary, lengths), so it is refused."""
+        if not isinstance(batch, PreparedBatch):
+            raise InputError(f"expected a PreparedBatch from Runtime.prepare(...), got {type(batch).__name__}")
+        if (batch.spec is not self._spec and batch.spec != self._spec) or not set(batch.outputs) <= set(self.output_names):
+            raise InputError(f"this batch was prepared for another model's inputs; prepare it with {self!r}.prepare")
+
+    def _token_budget(self, batch_size: int, max_tokens: int | None) -> int | None:
+        """max_tokens checked, or the default: CPU_TOKENS_PER_THREAD x threads on the CPU, no cap on CUDA."""
         check_int("batch_size", batch_size)
         if max_tokens is None and self.provider != "cuda":  # cpu and openvino: the CPU's budget
-            max_tokens = CPU_TOKENS_PER_THREAD * self.threads
-        elif max_tokens is not None:
+            return CPU_TOKENS_PER_THREAD * self.threads
+        if max_tokens is not None:
             check_int("max_tokens", max_tokens, why=" (or None for the default)")
-        if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
-            raise InputError(f"sequences must be a list of sequences, got {type(sequences).__name__}; wrap one sequence as [sequence]")
-        sequences = list(sequences)
-        if token_types is not None:
-            self._check_type_lists(token_types, len(sequences))
-        if attention is not None and (isinstance(attention, (str, bytes)) or not hasattr(attention, "__len__")
-                                      or len(attention) != len(sequences)):
-            raise InputError(f"attention must hold one 0/1 mask per sequence ({len(sequences)})")
-        checked = [self._checked_sequence(i, s, None if token_types is None else token_types[i],
-                                          None if attention is None else attention[i])
-                   for i, s in enumerate(sequences)]
-        arrays = [ids for ids, _, _ in checked]
-        if task is not None and contract.TASK_ID not in self.input_names:
-            raise InputError(f"task={task!r} selects a task adapter; {self.path} has none")
-        tasks = task_ids(self.config, task, len(arrays)) if contract.TASK_ID in self.input_names else None
+        return max_tokens
+
+    def _empty_results(self, batch: PreparedBatch) -> dict[str, Any]:
         shapes = contract.output_shapes(self.config)
-        pooled = {name: shapes[name][1] != contract.SEQUENCE_AXIS for name in names}  # one vector per sequence
-        results = {name: np.empty((len(arrays), shapes[name][-1]), np.float32) if pooled[name] else [None] * len(arrays)
-                   for name in names}
-        if not arrays:
-            return results
-        for batch in length_batches(np.array([len(a) for a in arrays]), batch_size, max_tokens):
-            padded, mask = pad([arrays[i] for i in batch])
-            if attention is not None:  # the sequences' own masks, zeros past each length
-                mask = pad([checked[i][2] for i in batch])[0]
-            feeds = {self.main_input: padded, contract.ATTENTION_MASK: mask}
-            feeds.update(self._zero_types(mask) if token_types is None else
-                         {contract.TOKEN_TYPE_IDS: pad([checked[i][1] for i in batch])[0]})
-            if tasks is not None:
-                feeds[contract.TASK_ID] = tasks[batch]
-            out = self._execute(feeds, names=names)
-            for name in names:
-                if pooled[name]:
-                    results[name][batch] = out[name]
-                    continue
-                for row, i in enumerate(batch):  # copy, so one result does not pin its whole batch
-                    results[name][i] = out[name][row, : len(arrays[i])].copy()
-        return results
+        return {name: np.empty((len(batch), shapes[name][-1]), np.float32) if self._pooled(name) else [None] * len(batch)
+                for name in batch.outputs}
+
+    def _pooled(self, name: str) -> bool:
+        """Whether `name` has one vector per sequence (rather than one per token)."""
+        return contract.output_shapes(self.config)[name][1] != contract.SEQUENCE_AXIS
+
+    def _fill(self, results: dict[str, Any], rows: np.ndarray, part: PreparedBatch, lengths: np.ndarray) -> None:
+        """Run `part` (the batch's `rows`) as one model call and write its rows into results."""
+        names = list(part.outputs)
+        out = self._execute(part.feeds(), names=names)
+        for name in names:
+            if self._pooled(name):
+                results[name][rows] = out[name]
+                continue
+            for row, i in enumerate(rows):  # copy, so one result does not pin its whole batch
+                results[name][i] = out[name][row, : lengths[i]].copy()
 
     def select_output(self, output: str | None) -> str:
         """`output` checked against the model's outputs; None picks the default: a
@@ -622,36 +648,3 @@ class Runtime:
             raise InputError(f"output {output!r} is not one of this model's outputs {self.output_names} "
                              f"(pooling={self.config.pooling!r}, classifier labels={self.config.num_labels})")
         return output
-
-    def _checked_sequence(self, index: int, sequence: Any, types: Any = None,
-                          attention: Any = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Validate one sequence (and its type ids and attention mask, if given) as a batch of one,
-        so embed refuses what run refuses; (ids or features, type ids or None, mask or None)."""
-        array = as_array(f"sequence {index}", sequence)
-        rank = 1 if self.config.takes_ids else 2
-        if array.ndim != rank:
-            layout = "a list of token ids" if rank == 1 else f"a (length, {self.config.hidden_size}) float array"
-            raise InputError(f"sequence {index} has shape {array.shape}; each sequence must be {layout}")
-        given = {self.main_input: array[None]}
-        if types is not None:
-            given[contract.TOKEN_TYPE_IDS] = as_array(f"token_types {index}", types)[None]
-        if attention is not None:
-            given[contract.ATTENTION_MASK] = as_array(f"attention {index}", attention)[None]
-        try:
-            feeds = check_inputs(self._spec, given)
-        except InputError as exc:  # checked as a batch of one: name places within the sequence, not that batch
-            raise InputError(f"sequence {index}: " + BATCH_OF_ONE.sub(r"\1[", str(exc))) from None
-        return (feeds[self.main_input][0], feeds[contract.TOKEN_TYPE_IDS][0] if types is not None else None,
-                feeds[contract.ATTENTION_MASK][0] if attention is not None else None)
-
-    def _check_type_lists(self, token_types: Any, count: int) -> None:
-        """token_types, when given, is one type-id list per sequence for a model that takes them."""
-        if contract.TOKEN_TYPE_IDS not in self.input_names:
-            raise InputError(f"token_types given, but this model takes no token_type_ids (inputs: {self.input_names})")
-        if isinstance(token_types, (str, bytes)) or not hasattr(token_types, "__len__") or len(token_types) != count:
-            raise InputError(f"token_types must hold one type-id list per sequence ({count})")
-
-    def _zero_types(self, mask: np.ndarray) -> dict[str, np.ndarray]:
-        if contract.TOKEN_TYPE_IDS not in self.input_names:
-            return {}
-        return {contract.TOKEN_TYPE_IDS: np.zeros_like(mask)}

@@ -7,7 +7,7 @@ It waits only after a round of several jobs: a lone client has no one to wait fo
 would pay max_wait on every request.
 The round's sequences (one output at a time) are sorted by length and cut by
 ``runtime.batching.length_batches`` into model calls of at most max_batch_tokens padded
-tokens (batch x its longest); each call is ``Runtime.embed`` on a worker thread, off the
+tokens (batch x its longest); each call is ``Runtime.run_prepared`` on a worker thread, off the
 event loop. A job is answered as soon as its last sequence is done, so the short requests
 of a round (run first) do not wait for its long ones; results go back in the job's order.
 
@@ -237,7 +237,7 @@ class Batcher:
 
     def _call(self, output: str, sequences: list, types: list | None, attention: list | None, tasks: list | None = None):
         """One model call: sequences that length_batches cut to fit max_batch_tokens (late-interaction
-        sequences with their own attention, runtime/late.py's prepare)."""
-        return self.model.runtime.embed(sequences, batch_size=len(sequences), output=output,
-                                        max_tokens=self.max_batch_tokens, token_types=types, attention=attention,
-                                        task=tasks)
+        sequences with their own attention, runtime/late.py's prepare), validated once and run as cut."""
+        runtime = self.model.runtime
+        batch = runtime.prepare(sequences, [output], token_types=types, attention=attention, task=tasks)
+        return runtime.run_prepared(batch)[output]

@@ -213,7 +213,8 @@ class ServedModel(TextSide):
         """(n, dimensions or S) float32 pooled embeddings of texts or token-id arrays: the first
         `dimensions` features, then x / ||x|| when `normalize` (refused for SPLADE, as TEI).
         Without `normalize` it is the pooled vector before any normalization, also for a model
-        whose graph normalizes (pooled from its token states: outputs.pool_rows)."""
+        whose graph normalizes (its file's sentence_embedding_unnormalized; an older file's pooled
+        from its token states: outputs.pool_rows)."""
         call = call or Call()
         self._begin(call, len(inputs))
         output = self.require("/embed")
@@ -228,11 +229,17 @@ class ServedModel(TextSide):
         if normalize or not cfg.normalize_embeddings or cfg.sparse:
             _, vectors = await self._outputs(call, output, inputs, options)
             return shape_embeddings(np.stack(vectors), dimensions, normalize)
-        # the graph normalizes inside: TEI's normalize=false is the pooled vector before it,
-        # pooled here from the same token states (its unit vector is the graph's own output)
+        # the graph normalizes inside: TEI's normalize=false is the vector before it, the file's own
+        # output where it has one (contract.SENTENCE_EMBEDDING_UNNORMALIZED), else (a file written
+        # before it) pooled here from the same token states (its unit vector is the graph's output)
+        if contract.SENTENCE_EMBEDDING_UNNORMALIZED in self.runtime.output_names:
+            _, vectors = await self._outputs(call, contract.SENTENCE_EMBEDDING_UNNORMALIZED, inputs, options)
+            return shape_embeddings(np.stack(vectors), dimensions, False)
         if cfg.sentence_dense is not None:
             raise cannot_serve(self.name, route + " with normalize=false", "its file normalizes after a Dense "
-                               "head and gives no vector before the normalization; send \"normalize\": true")
+                               f"head and, written before ortformer gave {contract.SENTENCE_EMBEDDING_UNNORMALIZED}, "
+                               "has no vector from before the normalization; re-export the model with this "
+                               "ortformer version, or send \"normalize\": true")
         _, states = await self._outputs(call, contract.LAST_HIDDEN_STATE, inputs, options)
         pooled = pool_rows(states, cfg.pooling)[:, :cfg.sentence_size]  # truncate_dim, as the graph's output
         return shape_embeddings(pooled, dimensions, False)

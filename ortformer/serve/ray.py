@@ -33,7 +33,7 @@ from pathlib import Path
 from ..core.errors import HubError, InputError, MissingExtraError
 from ..runtime.session import CPU_TOKENS_PER_THREAD
 from .batcher import ROUND_BATCHES
-from .cpus import available_cpus
+from ..core.cpus import available_cpus
 from .options import NAME, ServeOptions, load_runtime
 
 try:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import errors
-from .cpus import available_cpus
+from ..core.cpus import available_cpus
 from .options import ServeOptions
 
 PID_HEADER = b"x-ortformer-pid"

@@ -74,12 +74,17 @@ def flag_m3_oracle(folder, tok, colbert, sparse, texts):
 
 def test_bge_m3_three_outputs_in_one_graph_equal_flagembedding(bge_m3):
     folder, tok, colbert, sparse, rt = bge_m3
-    assert rt.output_names == ["last_hidden_state", "sentence_embedding", "token_embeddings", "sparse"]
+    # the dense vector is normalized in the graph, so the file also gives it before (last, optional)
+    assert rt.output_names == ["last_hidden_state", "sentence_embedding", "token_embeddings", "sparse",
+                               "sentence_embedding_unnormalized"]
     assert all(rt.parity["worst"][name]["passed"] for name in rt.output_names)
     texts = DOCS + ["the the the repeated repeated"]
     dense, lexical, vecs = flag_m3_oracle(folder, tok, colbert, sparse, texts)
     got = rt.embed_all(texts)
     np.testing.assert_allclose(got["sentence_embedding"], dense, atol=ATOL, rtol=0)
+    raw = rt.embed_texts(texts, output="sentence_embedding_unnormalized")  # h[:, 0], before normalize()
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-2)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), dense, atol=ATOL, rtol=0)
     close(got["token_embeddings"], vecs)
     assert [sorted(g) for g in got["sparse"]] == [sorted(w) for w in lexical]
     for g, w in zip(got["sparse"], lexical):

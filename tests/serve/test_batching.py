@@ -31,13 +31,13 @@ def metric(text: str, name: str) -> float:
 
 def test_concurrent_clients_get_their_own_results_in_order(runtimes, monkeypatch):
     runtime, release = runtimes["embedder"], threading.Event()
-    real = runtime.embed
+    real = runtime.run_prepared
 
     def held(*args, **kwargs):  # the first model call waits until every client has sent a request
         release.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runtime, "embed", held)
+    monkeypatch.setattr(runtime, "run_prepared", held)
 
     async def client(http, c):
         got = []
@@ -75,14 +75,14 @@ def test_concurrent_clients_get_their_own_results_in_order(runtimes, monkeypatch
 
 def test_a_client_that_leaves_is_dropped_and_the_queue_goes_on(runtimes, monkeypatch):
     runtime, release, calls = runtimes["embedder"], threading.Event(), []
-    real = runtime.embed
+    real = runtime.run_prepared
 
     def held(sequences, *args, **kwargs):
         calls.append(len(sequences))
         release.wait(30)
         return real(sequences, *args, **kwargs)
 
-    monkeypatch.setattr(runtime, "embed", held)
+    monkeypatch.setattr(runtime, "run_prepared", held)
     with serving(runtimes, ["embedder"], max_wait_ms=0) as running:
         with httpx.Client(base_url=running.url, timeout=30) as client:
             busy = threading.Thread(target=lambda: client.post("/embed", json={"inputs": "first"}))

@@ -105,7 +105,7 @@ def test_a_model_failure_is_424_and_the_next_request_runs(server, client, monkey
     def broken(*args, **kwargs):
         raise RuntimeError("onnxruntime exploded")
 
-    monkeypatch.setattr(runtime, "embed", broken)
+    monkeypatch.setattr(runtime, "run_prepared", broken)
     assert "exploded" in error(client.post("/embed", json={"inputs": "a"}), 424, "backend")
     monkeypatch.undo()
     assert client.post("/embed", json={"inputs": "a"}).status_code == 200
@@ -113,14 +113,14 @@ def test_a_model_failure_is_424_and_the_next_request_runs(server, client, monkey
 
 def test_a_full_queue_is_429(runtimes, monkeypatch):
     runtime, release, entered = runtimes["embedder"], threading.Event(), threading.Event()
-    real = runtime.embed
+    real = runtime.run_prepared
 
     def held(*args, **kwargs):
         entered.set()
         release.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runtime, "embed", held)
+    monkeypatch.setattr(runtime, "run_prepared", held)
     with serving(runtimes, ["embedder"], max_concurrent_requests=1) as running:
         with httpx.Client(base_url=running.url, timeout=30) as first, \
                 httpx.Client(base_url=running.url, timeout=30) as second:

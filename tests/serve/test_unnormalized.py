@@ -1,12 +1,17 @@
 """normalize: false is the pooled vector before normalization, as TEI answers it, also for a
-model whose graph normalizes: pooled from the same token states by the encoder's own formula."""
+model whose graph normalizes: the file's sentence_embedding_unnormalized, or for a file written
+before that output, pooled from the same token states by the encoder's own formula."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
+from ortformer import contract
 from ortformer.config import POOLINGS
 from ortformer.serve.outputs import pool_rows
+from support.exported_models import without_output
 from support.serve import serving
 
 httpx = pytest.importorskip("httpx")
@@ -25,9 +30,21 @@ def test_pool_rows_is_the_encoders_pool(kind):
         np.testing.assert_allclose(pool_rows([x], kind)[0], want, atol=1e-6, rtol=0)
 
 
-def test_normalize_false_undoes_no_normalization_the_graph_did(runtimes):
+@pytest.mark.parametrize("older", [False, True], ids=["file", "older-file"])
+def test_normalize_false_undoes_no_normalization_the_graph_did(runtimes, older):
+    """From the file's sentence_embedding_unnormalized, or (a file written before it) re-pooled
+    from its token states: the same vectors."""
+    from ortformer.serve import ServeOptions, load_runtime
+
     runtime = runtimes["normalizing"]
-    with serving(runtimes, ["normalizing"]) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+    assert contract.SENTENCE_EMBEDDING_UNNORMALIZED in runtime.output_names
+    if older:
+        path = runtimes.files["normalizing"]
+        old = without_output(path, path.parent / f"older-{os.getpid()}.onnx", contract.SENTENCE_EMBEDDING_UNNORMALIZED)
+        runtime = load_runtime(old, ServeOptions(threads=2))
+        assert contract.SENTENCE_EMBEDDING_UNNORMALIZED not in runtime.output_names
+    served = {"normalizing": runtime}
+    with serving(served, ["normalizing"]) as running, httpx.Client(base_url=running.url, timeout=30) as client:
         raw = np.array(client.post("/embed", json={"inputs": TEXTS, "normalize": False}).json())
         unit = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
         cut = np.array(client.post("/embed", json={"inputs": TEXTS, "normalize": False, "dimensions": 4}).json())

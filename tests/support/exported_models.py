@@ -25,3 +25,18 @@ def exported(kind: str, tmp_path_factory) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         export(CONFIGS[kind], path, seed=0, parity=False)
     return path
+
+
+def without_output(path: Path, dest: Path, name: str) -> Path:
+    """A copy of the model file at ``dest`` (put it beside the original, so its tokenizer still
+    resolves) without graph output ``name``: a file as the exporter wrote it before that output
+    existed (the nodes that computed it stay, unused)."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    kept = [o for o in proto.graph.output if o.name != name]
+    assert len(kept) == len(proto.graph.output) - 1, f"{path} has no output {name!r}"
+    del proto.graph.output[:]
+    proto.graph.output.extend(kept)
+    onnx.save(proto, str(dest))
+    return dest

@@ -34,8 +34,11 @@ class VocabTokenizer:
 class Family:
     """What one family module imports: its config.json model_types and the loader for them.
 
-    load(folder, pooling=, normalize=, name=) -> Loaded reads config.json, maps the weights and
-    builds the Encoder. ``detect``: the family is a variant of its model_types' main family (it
+    load(files, pooling=, normalize=, name=) -> Loaded maps the weights and builds the Encoder.
+    ``files`` is the folder as load_any read it (folder_files.FolderFiles: ``files.config`` is the
+    parsed config.json, ``files.model_dir`` / ``files.root`` its places): a loader takes what it
+    needs from it, never reads config.json again, and passes ``files`` on to import_folder.
+    (FolderFiles.of(files) also takes a plain path, for a loader called directly.) ``detect``: the family is a variant of its model_types' main family (it
     keeps their model_type, e.g. JinaBERT v2's "bert") and claims a config.json when
     detect(config) holds. ``elsewhere``: model_types this family does not import, each with
     where to find the encoder it holds instead (quoted when one is refused). ``vocab_tokenizers``:

@@ -11,10 +11,10 @@ from ...config import SPLADE_POOLINGS, EncoderConfig
 from ...core.errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
-from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, find_tokenizer, folder_name, read_json, transformer_dir
+from .folder_files import FolderFiles
+from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, folder_name
 from .heads import classifier_head, mlm_head, mlm_inputs, tie_decoder
 from .late_folders import TokenHeads, bge_m3_heads, colbert_ai_heads, st_token_heads
-from .sentence_config import read_sentence_config
 from .sentence_dense import dense_tensors
 
 
@@ -27,6 +27,9 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
                   reranker=None) -> Loaded:
     """Import a Hugging Face folder (with or without a sentence-transformers layout).
 
+    folder: the FolderFiles a family's load was handed (its files already parsed), or a path
+    (read here).
+
     build(hf_config, common) -> EncoderConfig, where common holds pooling,
     normalize_embeddings and name; map_weights(tensors, cfg, what, duplicates) ->
     (ortformer-named tensors, dropped names), checking what it maps.
@@ -35,12 +38,8 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
     (config.json's architectures, heads.py) becomes the logits output; an LLM reranker's
     (``reranker``, llm_reranker.RerankerHead) the one-label z_yes - z_no head.
     """
-    root = Path(folder)
-    if not root.is_dir():
-        raise CheckpointError(f"{root} is not a folder; pass a Hugging Face model folder")
-    model_dir = transformer_dir(root)
-    hf_config = read_json(model_dir / "config.json")
-    st = read_sentence_config(root)
+    files = FolderFiles.of(folder)
+    root, model_dir, hf_config, st = files.root, files.model_dir, files.config, files.sentence
     pooling = pooling or st.pooling or "none"
     if normalize is None:  # a Normalize module means nothing without a pooled embedding
         normalize = st.normalize and pooling != "none"
@@ -84,22 +83,22 @@ def import_folder(folder, *, family: str, build: Callable[[dict, dict], EncoderC
         mapped, dropped = {**mapped, **head_tensors}, [d for d in dropped if d not in used | aliased]
     if dropped:
         log.info("not imported from %s (unused by an encoder): %s", weights, ", ".join(dropped))
-    files = [weights]
+    sources = [weights]
     if dense is not None:
         head, dense_files = dense_tensors(dense, cfg.hidden_size)
-        mapped, files = {**mapped, **head}, [weights, *dense_files]
+        mapped, sources = {**mapped, **head}, [weights, *dense_files]
     if heads is not None:
-        mapped, files = {**mapped, **heads.tensors}, [*files, *heads.files]
+        mapped, sources = {**mapped, **heads.tensors}, [*sources, *heads.files]
     model = encoder_from_tensors(cfg, mapped, what=f"{weights} (mapped)", dtypes=HF_DTYPES)
     if sparse:
         tie_decoder(model)
     # sentence-transformers truncates at the smaller of max_seq_length and what the model takes
     max_len = min(st.max_seq_length, cfg.max_sequence) if st.max_seq_length else None
-    return Loaded(model, weights_source(*files), find_tokenizer(model_dir, root), max_len, st.lowercase,
+    return Loaded(model, weights_source(*sources), files.tokenizer, max_len, st.lowercase,
                   weights=weights, dropped=tuple(dropped), family=family, prompts=dict(st.prompts),
                   default_prompt=st.default_prompt, labels=classifier.labels if classifier else (),
                   late_spec=dataclasses.replace(heads.spec, folder=model_dir) if heads else None,
-                  rerank=reranker.template if reranker is not None else None)
+                  rerank=reranker.template if reranker is not None else None, folder=files)
 
 
 # transformers' "legacy" renaming, applied to every model's keys when it loads a checkpoint: TF-era

@@ -98,11 +98,12 @@ LEGACY_TOKENIZER_FILES = ("vocab.txt", "vocab.json", "merges.txt", "spm.model", 
 
 def missing_tokenizer_note(folder) -> str | None:
     """Why a folder without tokenizer.json exports for token ids only, when it holds a
-    tokenizer in an older format; None when it has tokenizer.json or nothing of the kind."""
+    tokenizer in an older format; None when it has tokenizer.json or nothing of the kind.
+    folder: a path, or the FolderFiles an import read (its Transformer module already found)."""
     root = Path(folder)
     if not root.is_dir():
         return None
-    model_dir = transformer_dir(root)
+    model_dir = getattr(folder, "model_dir", None) or transformer_dir(root)
     if find_tokenizer(model_dir, root) is not None:  # (callers also ask only when none was built from vocab.txt)
         return None
     found = sorted({name for d in (model_dir, root) for name in LEGACY_TOKENIZER_FILES if (d / name).is_file()})

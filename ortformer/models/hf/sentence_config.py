@@ -37,13 +37,17 @@ class SentenceConfig:
     token_dense: DenseHead | None = None
 
 
-def read_sentence_config(folder: Path) -> SentenceConfig:
-    """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs."""
+def read_sentence_config(folder: Path, model_dir: Path | None = None,
+                         modules: list[dict] | None = None) -> SentenceConfig:
+    """Pooling, Normalize, max_seq_length and prompts from sentence-transformers configs.
+    model_dir / modules: the Transformer module's folder and modules.json's entries, when the
+    caller has them (folder_files.FolderFiles); found and read here otherwise."""
     prompts, default, truncate_dim = read_st_model_config(folder)
-    modules = st_modules(folder)
-    st_config = _transformer_settings(folder)
+    modules = st_modules(folder) if modules is None else modules
+    model_dir = transformer_dir(folder) if model_dir is None else model_dir
+    st_config = _transformer_settings(model_dir)
     if not modules:  # a plain transformers folder: its tokenizer's model_max_length still truncates
-        max_len, lowercase = _text_settings(folder, *st_config)
+        max_len, lowercase = _text_settings(model_dir, *st_config)
         return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default,
                               truncate_dim=truncate_dim)
     kinds = [module_kind(m) for m in modules]
@@ -54,7 +58,7 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             f"{', '.join(unsupported)}; supported: {', '.join(sorted(ST_SUPPORTED))}"
         )
     if "Dense" in kinds and not {"Pooling", "SpladePooling"} & set(kinds) and _multi_vector(folder, modules, kinds):
-        return _token_layout(folder, modules, kinds, st_config, prompts, default)
+        return _token_layout(folder, model_dir, modules, kinds, st_config, prompts, default)
     _check_module_order(folder, kinds)
     _check_transformer_task(folder, kinds, st_config[1])
     pooling, dense, splade_activation = None, [], "relu"
@@ -65,7 +69,7 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
             pooling, splade_activation = _splade_mode(module_dir(folder, module) / "config.json")
         elif kind == "Dense":
             dense.append(dense_layer(module_dir(folder, module)))
-    max_len, lowercase = _text_settings(folder, *st_config)
+    max_len, lowercase = _text_settings(model_dir, *st_config)
     return SentenceConfig(pooling, "Normalize" in kinds, max_len, lowercase, prompts, default,
                           chain_dense(dense), splade_activation, truncate_dim)
 
@@ -78,8 +82,8 @@ def _multi_vector(folder: Path, modules: list[dict], kinds: list[str]) -> bool:
     return any(path.is_file() and read_json(path).get("module_input_name") == "token_embeddings" for path in configs)
 
 
-def _token_layout(folder: Path, modules: list[dict], kinds: list[str], st_config: tuple, prompts: dict,
-                  default: str | None) -> SentenceConfig:
+def _token_layout(folder: Path, model_dir: Path, modules: list[dict], kinds: list[str], st_config: tuple,
+                  prompts: dict, default: str | None) -> SentenceConfig:
     """Transformer, Dense modules on every token, and (sentence-transformers' layout) a Normalize
     of token_embeddings: the multi-vector folders; PyLate's normalises in its encode instead."""
     pylate = is_pylate(folder)
@@ -96,7 +100,7 @@ def _token_layout(folder: Path, modules: list[dict], kinds: list[str], st_config
             raise CheckpointError(f"{folder / 'modules.json'}: Dense modules on token_embeddings need a Normalize of "
                                   "token_embeddings after them (module_input_name=\"token_embeddings\"); ortformer's "
                                   "multi-vector output is normalised per token, as ColBERT scores it")
-    max_len, lowercase = _text_settings(folder, *st_config)
+    max_len, lowercase = _text_settings(model_dir, *st_config)
     return SentenceConfig(max_seq_length=max_len, lowercase=lowercase, prompts=prompts, default_prompt=default,
                           token_dense=chain_dense(dense))
 
@@ -124,20 +128,19 @@ def _splade_mode(path: Path) -> tuple[str, str]:
     return f"splade_{strategy}", activation
 
 
-def _transformer_settings(folder: Path) -> tuple[Path | None, dict]:
+def _transformer_settings(model_dir: Path) -> tuple[Path | None, dict]:
     """(path, contents) of the Transformer module's sentence_bert_config.json, in the module's
     folder only, as sentence-transformers reads it; (None, {}) without one."""
-    st_config = transformer_dir(folder) / "sentence_bert_config.json"
+    st_config = model_dir / "sentence_bert_config.json"
     return (st_config, read_json(st_config)) if st_config.is_file() else (None, {})
 
 
-def _text_settings(folder: Path, st_config: Path | None, settings: dict) -> tuple[int | None, bool]:
+def _text_settings(module: Path, st_config: Path | None, settings: dict) -> tuple[int | None, bool]:
     """(max_seq_length, do_lower_case) as sentence-transformers' Transformer module reads them.
 
     Its sentence_bert_config.json (``st_config``, read as ``settings``) holds both; without a
     max_seq_length (sentence-transformers >= 6 saves none) the tokenizer_config.json's
-    model_max_length applies."""
-    module = transformer_dir(folder)
+    model_max_length applies. module: the Transformer module's folder."""
     max_len, lowercase = settings.get("max_seq_length"), settings.get("do_lower_case", False)
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise CheckpointError(f"{st_config}: max_seq_length={max_len!r} must be a positive int")

@@ -11,7 +11,6 @@ the same).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from ....config import EncoderConfig
 from ....core.errors import CheckpointError
@@ -20,7 +19,8 @@ from ...weights import Tensors, check_tensors
 from ..bert_layout import bert_fields, bert_layout_shapes, check_bert_layout, split_dropped, to_ortformer
 from ..config_checks import make_config, require
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family, VocabTokenizer
 from ..spm_tokenizers import albert_tokenizer
 
@@ -88,9 +88,10 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, hf: dic
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import an ALBERT folder as an ortformer Encoder."""
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
     # the layer sharing (groups, inner layers) is not an EncoderConfig field: the mapping reads it here
-    hf = _settings(read_json(transformer_dir(Path(folder)) / "config.json"))
-    return import_folder(folder, family="albert", build=albert_config,
+    hf = _settings(files.config)
+    return import_folder(files, family="albert", build=albert_config,
                          map_weights=lambda raw, cfg, what, dup: map_weights(raw, cfg, what, dup, hf),
                          pooling=pooling, normalize=normalize, name=name)
 

@@ -17,7 +17,6 @@ Refused: talking_head, and what deberta_v2.py refuses.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
@@ -31,7 +30,8 @@ from .deberta_v2 import (DROPPED_PREFIXES, REQUIRED, disentangled_group, drop_un
                          embedding_tensors, position_pair, query_scale)
 from ..config_checks import make_config, refuse, require
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family, VocabTokenizer
 from ..vocab_tokenizers import deberta_v1_tokenizer
 
@@ -100,8 +100,9 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, scale: 
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a DeBERTa (v1) folder as an ortformer Encoder."""
-    scale = query_scale(read_json(transformer_dir(Path(folder)) / "config.json"))
-    return import_folder(folder, family="deberta", build=deberta_config,
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    scale = query_scale(files.config)
+    return import_folder(files, family="deberta", build=deberta_config,
                          map_weights=lambda raw, cfg, what, dup: map_weights(raw, cfg, what, dup, scale),
                          pooling=pooling, normalize=normalize, name=name)
 

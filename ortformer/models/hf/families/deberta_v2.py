@@ -25,7 +25,6 @@ embedding_size != hidden_size (a bias-free projection) and attention_head_size !
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 
@@ -37,7 +36,8 @@ from ..activations import ACTIVATIONS, head_activation
 from ..bert_layout import BERT_LAYER_NAMES, layer_shapes, post_norm_layers, split_dropped
 from ..config_checks import make_config, make_group, refuse, require
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family, VocabTokenizer
 from ..spm_tokenizers import deberta_tokenizer
 
@@ -211,9 +211,10 @@ def position_pair(query_weight, query_bias, key_weight, key_bias, layer: int, sc
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a DeBERTa-v2 / v3 folder as an ortformer Encoder."""
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
     # the score scale is not an EncoderConfig field: the mapping folds it into W_Q, read from config.json here
-    scale = query_scale(read_json(transformer_dir(Path(folder)) / "config.json"))
-    return import_folder(folder, family="deberta-v2", build=deberta_config,
+    scale = query_scale(files.config)
+    return import_folder(files, family="deberta-v2", build=deberta_config,
                          map_weights=lambda raw, cfg, what, dup: map_weights(raw, cfg, what, dup, scale),
                          pooling=pooling, normalize=normalize, name=name)
 

@@ -8,7 +8,6 @@ default). The rest is bert.py's import under the ``ernie.`` prefix.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from ....core.errors import CheckpointError
 from ...loaded import Loaded
@@ -16,7 +15,8 @@ from ...weights import Tensors, check_tensors
 from ..bert_layout import bert_fields, check_bert_layout, map_bert_layout
 from ..config_checks import make_config
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family, VocabTokenizer
 from ..vocab_tokenizers import wordpiece_tokenizer
 
@@ -43,7 +43,8 @@ def map_weights(raw: Tensors, cfg, what: str, duplicates, tasks: int):
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import an ERNIE folder as an ortformer Encoder."""
-    hf = read_json(transformer_dir(Path(folder)) / "config.json")
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    hf = files.config
     tasks = hf.get("task_type_vocab_size", 3) if hf.get("use_task_id") else 0
     if hf.get("use_task_id") and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1):
         raise CheckpointError(f"ERNIE config.json task_type_vocab_size={tasks!r} is not supported; it must be an int >= 1")
@@ -51,7 +52,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     def weights(raw, cfg, what, duplicates):
         return map_weights(raw, cfg, what, duplicates, tasks)
 
-    return import_folder(folder, family="ernie", build=ernie_config, map_weights=weights,
+    return import_folder(files, family="ernie", build=ernie_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
 
 

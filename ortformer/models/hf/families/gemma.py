@@ -41,7 +41,6 @@ It runs causally; use_bidirectional_attention true is refused, as for Gemma 2 (r
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 
@@ -52,7 +51,8 @@ from ...weights import Tensors, check_tensors
 from ..activations import ACTIVATIONS
 from ..config_checks import make_config, refuse, require, rope_theta
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family
 from .llama import base_tensors, biases, kv_heads, map_linears, names
 from ..windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
@@ -230,7 +230,8 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a Gemma 3 text, Gemma 2 or Gemma folder as an ortformer Encoder."""
-    hf = read_json(transformer_dir(Path(folder)) / "config.json")
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    hf = files.config
     model_type = hf.get("model_type")
     what, build = {"gemma2": (WHAT_2, gemma2_config), "gemma": (WHAT_1, gemma1_config)}.get(model_type,
                                                                                           (WHAT, gemma_config))
@@ -240,7 +241,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
         scalar = cfg.head_size if model_type == "gemma" else setting(hf, "query_pre_attn_scalar")
         return map_weights(raw, cfg, where, duplicates, biases(hf, what, keys=BIAS_KEYS), scalar)
 
-    return import_folder(folder, family=model_type if model_type in ("gemma2", "gemma") else "gemma3_text",
+    return import_folder(files, family=model_type if model_type in ("gemma2", "gemma") else "gemma3_text",
                          build=build, map_weights=weights, pooling=pooling, normalize=normalize, name=name)
 
 

@@ -39,7 +39,6 @@ heads are dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -51,7 +50,8 @@ from ...weights import Tensors, check_tensors
 from ..activations import ACTIVATIONS
 from ..config_checks import make_config, refuse, require, rope_theta
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..llm_reranker import reranker_head, template_name
 from .. import family as registry  # (this module's own Family holds each decoder's settings)
 from ..windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
@@ -317,17 +317,18 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates, biased:
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a EuroBERT, UltraBERT, Qwen3, Qwen2, Mistral or Llama folder as an ortformer Encoder."""
-    hf = read_json(transformer_dir(Path(folder)) / "config.json")
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    hf = files.config
     family = FAMILIES[hf["model_type"]]
 
     def weights(raw, cfg, where, duplicates):
         return map_weights(raw, cfg, where, duplicates, biases(hf, family.what, family.always_biased, family.bias_keys),
                            family.base)
 
-    kind = template_name(Path(folder), hf)  # Qwen3-Reranker / mxbai-rerank-v2: the yes / no head
-    return import_folder(folder, family=hf["model_type"], build=llama_config, map_weights=weights,
+    kind = template_name(files.root, hf)  # Qwen3-Reranker / mxbai-rerank-v2: the yes / no head
+    return import_folder(files, family=hf["model_type"], build=llama_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name,
-                         reranker=reranker_head(transformer_dir(Path(folder)), kind, hf) if kind else None)
+                         reranker=reranker_head(files.model_dir, kind, hf) if kind else None)
 
 
 FAMILY = registry.Family("Llama-layer", tuple(FAMILIES), load)

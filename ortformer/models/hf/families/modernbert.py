@@ -32,7 +32,6 @@ decoders' score heads (heads.py).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
@@ -43,7 +42,8 @@ from ...weights import Tensors, check_tensors
 from ..activations import ACTIVATIONS
 from ..config_checks import make_config, refuse, require
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family
 from ..windows import FULL, SLIDING, causal_pattern, check_layer_types, global_period, pattern_fields, rope_thetas
 
@@ -170,8 +170,9 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a ModernBERT (or ModernBERT decoder) folder as an ortformer Encoder."""
-    decoder = read_json(transformer_dir(Path(folder)) / "config.json").get("model_type") == "modernbert-decoder"
-    return import_folder(folder, family="modernbert-decoder" if decoder else "modernbert",
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    decoder = files.config.get("model_type") == "modernbert-decoder"
+    return import_folder(files, family="modernbert-decoder" if decoder else "modernbert",
                          build=decoder_config if decoder else modernbert_config, map_weights=map_weights,
                          pooling=pooling, normalize=normalize, name=name)
 

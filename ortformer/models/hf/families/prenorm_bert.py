@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -38,7 +37,8 @@ from ..bert_layout import DROPPED_PREFIXES as BERT_DROPPED
 from ..bert_layout import bert_fields, check_bert_layout, layer_shapes, post_norm_layers, split_dropped
 from ..config_checks import default_rope_theta, make_config, refuse, require
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family, VocabTokenizer
 from ..spm_tokenizers import xlm_roberta_tokenizer
 from ..vocab_tokenizers import byte_bpe_tokenizer, esm_tokenizer, wordpiece_tokenizer
@@ -182,7 +182,8 @@ def map_weights(names: Names, raw: Tensors, cfg: EncoderConfig, what: str, dupli
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import an XLM-RoBERTa-XL, Megatron-BERT, ESM or RoBERTa-PreLayerNorm folder as an ortformer Encoder."""
-    model_type = read_json(transformer_dir(Path(folder)) / "config.json").get("model_type")
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    model_type = files.config.get("model_type")
     names, build = {"xlm-roberta-xl": (XL, xl_config), "esm": (ESM, esm_config),
                     "roberta-prelayernorm": (PRE_LAYER_NORM, prelayernorm_config)}.get(model_type,
                                                                                       (MEGATRON, megatron_config))
@@ -190,7 +191,7 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
     def weights(raw, cfg, what, duplicates):
         return map_weights(names, raw, cfg, what, duplicates)
 
-    return import_folder(folder, family=model_type, build=build, map_weights=weights,
+    return import_folder(files, family=model_type, build=build, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
 
 

@@ -36,7 +36,6 @@ refused by name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -48,7 +47,8 @@ from ...weights import Tensors, check_tensors
 from ..activations import ACTIVATIONS
 from ..config_checks import make_config, make_group, refuse, require, rope_theta
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import HF_DTYPES
 from ..family import Family, VocabTokenizer
 from ..vocab_tokenizers import wordpiece_tokenizer
 
@@ -284,14 +284,15 @@ def map_weights(layout: Layout, types: int, raw: Tensors, cfg: EncoderConfig, wh
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a NomicBERT, GTE or Jina v3 folder as an ortformer Encoder."""
-    hf, layout = read_layout(read_json(transformer_dir(Path(folder)) / "config.json"))
+    files = FolderFiles.of(folder)  # parsed once: load_any hands over the files it read
+    hf, layout = read_layout(files.config)
     types = hf.get("type_vocab_size", DEFAULTS[hf["model_type"]]["types"])
 
     def weights(raw, cfg, what, duplicates):
         return map_weights(layout, types, raw, cfg, what, duplicates)
 
     family = {"nomic_bert": "nomic_bert", "jina_embeddings_v3": "jina_embeddings_v3"}.get(hf["model_type"], "gte")
-    return import_folder(folder, family=family, build=rotary_config, map_weights=weights,
+    return import_folder(files, family=family, build=rotary_config, map_weights=weights,
                          pooling=pooling, normalize=normalize, name=name)
 
 
