@@ -5,7 +5,7 @@ import warnings
 
 from ortformer.serve.grpc import tei_pb2 as ortformer_dot_serve_dot_grpc_dot_tei__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in ortformer/serve/grpc/tei_pb2_grpc.py depends on'
+        + f' but the generated code in ortformer/serve/grpc/tei_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class InfoStub:
+class InfoStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -41,7 +41,7 @@ class InfoStub:
                 _registered_method=True)
 
 
-class InfoServicer:
+class InfoServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Info(self, request, context):
@@ -66,7 +66,7 @@ def add_InfoServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Info:
+class Info(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -97,7 +97,7 @@ class Info:
             _registered_method=True)
 
 
-class EmbedStub:
+class EmbedStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -138,7 +138,7 @@ class EmbedStub:
                 _registered_method=True)
 
 
-class EmbedServicer:
+class EmbedServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Embed(self, request, context):
@@ -218,7 +218,7 @@ def add_EmbedServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Embed:
+class Embed(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -384,7 +384,7 @@ class Embed:
             _registered_method=True)
 
 
-class PredictStub:
+class PredictStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -415,7 +415,7 @@ class PredictStub:
                 _registered_method=True)
 
 
-class PredictServicer:
+class PredictServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Predict(self, request, context):
@@ -473,7 +473,7 @@ def add_PredictServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Predict:
+class Predict(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -585,7 +585,7 @@ class Predict:
             _registered_method=True)
 
 
-class RerankStub:
+class RerankStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -606,7 +606,7 @@ class RerankStub:
                 _registered_method=True)
 
 
-class RerankServicer:
+class RerankServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Rerank(self, request, context):
@@ -642,7 +642,7 @@ def add_RerankServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Rerank:
+class Rerank(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -700,7 +700,7 @@ class Rerank:
             _registered_method=True)
 
 
-class TokenizeStub:
+class TokenizeStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -731,7 +731,7 @@ class TokenizeStub:
                 _registered_method=True)
 
 
-class TokenizeServicer:
+class TokenizeServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Tokenize(self, request, context):
@@ -789,7 +789,7 @@ def add_TokenizeServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Tokenize:
+class Tokenize(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
