@@ -45,7 +45,7 @@ MISSING = [
     ("serve", ["ortformer", "serve", "tiny.onnx", "--port", "0"]),
     ("ray", ["ortformer", "batch", "tiny.onnx", "--input", "texts.jsonl", "--output", "out.parquet"]),
     ("openvino", ["ortformer", "infer", "tiny.onnx", "--ids", "[[1, 2, 3]]", "--provider", "openvino"]),
-    ("text", ["python", "-c", "from ortformer.text import TextEncoder\n"
+    ("text", ["python", "-c", "from ortformer.config.text import TextEncoder\n"
               "try:\n    TextEncoder('tokenizer.json')\nexcept ImportError as exc:\n"
               "    raise SystemExit('error: ' + str(exc))"]),
 ]

@@ -9,7 +9,7 @@ import click
 
 from ortformer.cli.bench_cmd import run_options
 from ortformer.cli.common import CliError, check_output
-from ortformer.errors import OrtformerError
+from ortformer.core.errors import OrtformerError
 
 from .peers.scenarios import SCENARIOS
 

@@ -38,8 +38,8 @@ import numpy as np
 import onnxruntime as ort
 
 from ortformer import contract
-from ortformer.corpus import sentences
-from ortformer.parity import GATES, compare, passes
+from ortformer.core.corpus import sentences
+from ortformer.contract.parity import GATES, compare, passes
 from ortformer.runtime import Runtime, machine, providers
 from ortformer.runtime.session import CPU_TOKENS_PER_THREAD
 

@@ -2,7 +2,7 @@
 
     python benchmarks/cuda_parity.py MODEL.onnx [--device-id 0] [--seed 0]
 
-Runs the export parity grid (ortformer.parity: batch 1/2/5, sequence 1..max
+Runs the export parity grid (ortformer.contract.parity: batch 1/2/5, sequence 1..max
 (capped at 512), right/left/random padding and a fully padded row) on both providers
 with the same random inputs, and prints one JSON object: per case and overall
 max_abs = max |cuda - cpu| and min_cosine = min over vectors cos(cuda_i, cpu_i),
@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from ortformer import contract
-from ortformer.errors import ProviderError
-from ortformer.parity import GATES, compare, fold_worst, grid, make_inputs, passes  # the gate's own cases and metrics
+from ortformer.core.errors import ProviderError
+from ortformer.contract.parity import (GATES, compare, fold_worst, grid, make_inputs, passes)  # the gate's own cases and metrics
 from ortformer.runtime import Runtime
 
 GATE = GATES["cuda"]

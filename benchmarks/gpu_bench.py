@@ -149,7 +149,7 @@ def same_weights(folder: Path, path: Path) -> dict:
         want = model(input_ids=torch.from_numpy(ids).to(DEVICE), attention_mask=torch.from_numpy(mask).to(DEVICE),
                      token_type_ids=torch.zeros(4, 64, dtype=torch.long, device=DEVICE)).last_hidden_state.cpu().numpy()
     got = rt.run(input_ids=ids, attention_mask=mask)[contract.LAST_HIDDEN_STATE]
-    from ortformer.parity import compare
+    from ortformer.contract.parity import compare
 
     return compare(contract.LAST_HIDDEN_STATE, got, want, mask)
 

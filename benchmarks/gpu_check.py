@@ -43,8 +43,8 @@ import cuda_parity
 import gpu_bench
 
 from ortformer import contract
-from ortformer.errors import InputError, ProviderError
-from ortformer.parity import GATES, Case, compare, make_inputs, passes, run_parity
+from ortformer.core.errors import InputError, ProviderError
+from ortformer.contract.parity import GATES, Case, compare, make_inputs, passes, run_parity
 from ortformer.runtime import Runtime
 from ortformer.runtime.providers import CPU_EP, CUDA_EP
 
@@ -56,7 +56,7 @@ SOAK_CHILD = HERE.parent / "tests" / "support" / "soak_child.py"
 
 MISSING_DEVICE = """
 import sys
-from ortformer.errors import ProviderError
+from ortformer.core.errors import ProviderError
 from ortformer.runtime import Runtime
 try:
     Runtime(sys.argv[1], sys.argv[2], device_id=7)

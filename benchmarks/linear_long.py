@@ -23,7 +23,7 @@ from ortformer.config import preset
 from ortformer.exporter import export
 from ortformer.exporter.export import eager_runner
 from ortformer.models import build_encoder
-from ortformer.parity import Case, compare, make_inputs
+from ortformer.contract.parity import Case, compare, make_inputs
 from ortformer.runtime import Runtime
 
 MILLION = 1_048_576

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from ortformer.bench.load import LoadPlan, load
-from ortformer.corpus import sentences
+from ortformer.core.corpus import sentences
 
 REPO = Path(__file__).resolve().parents[1]
 PROXY: dict = {}
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         model = Path(args.model) if args.model else _make_model(Path(folder))
         from ortformer.runtime import Runtime
-        from ortformer.text import TextEncoder
+        from ortformer.config.text import TextEncoder
 
         runtime = Runtime(model, "cpu", threads=1)
         every = sentences(512)

@@ -6,27 +6,16 @@ load torch on first use.
 from __future__ import annotations
 
 from .config import PRESETS, EncoderConfig, preset
-from .config_groups import (Classifier, Convolution, Disentangled, LocalAttention, RelativeAttention, SentenceDense,
+from .config.groups import (Classifier, Convolution, Disentangled, LocalAttention, RelativeAttention, SentenceDense,
                             TokenDense)
-from .errors import (
-    CheckpointError,
-    ConfigError,
-    ExportError,
-    InputError,
-    ListenError,
-    MissingExtraError,
-    ModelFileError,
-    OrtformerError,
-    OutputError,
-    ParityError,
-    ProviderError,
-)
+from .core.errors import (CheckpointError, ConfigError, ExportError, InputError, ListenError, MissingExtraError,
+                          ModelFileError, OrtformerError, OutputError, ParityError, ProviderError)
 
 from ._version import __version__
 
 __all__ = [
     "__version__", "EncoderConfig", "PRESETS", "preset", "build_encoder", "export", "Runtime",
-    # EncoderConfig's optional groups (config_groups.py)
+    # EncoderConfig's optional groups (config/groups.py)
     "Classifier", "Convolution", "Disentangled", "LocalAttention", "RelativeAttention", "SentenceDense", "TokenDense",
     "OrtformerError", "ConfigError", "CheckpointError", "ExportError", "ParityError",
     "ModelFileError", "OutputError", "InputError", "ProviderError", "MissingExtraError", "ListenError",

@@ -121,7 +121,7 @@ def test_peer_ratios_are_taken_between_medians():
 def test_gemm_shapes_cover_the_model_flops():
     from ortformer.bench.peers import gemm_shapes
     from ortformer.config import preset
-    from ortformer.cost import total_flops
+    from ortformer.contract.cost import total_flops
 
     cfg = preset("bert-base")
     flops = sum(s["count"] * 2 * s["batch"] * s["m"] * s["k"] * s["n"] for s in gemm_shapes(cfg, 2, 128))

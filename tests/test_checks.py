@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from ortformer.checks import check_int
-from ortformer.errors import InputError, ProviderError
+from ortformer.core.checks import check_int
+from ortformer.core.errors import InputError, ProviderError
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3), 2**40])
@@ -30,15 +30,15 @@ def test_bounds_error_class_and_reason():
 def test_is_int_takes_integers_never_bools():
     import numpy as np
 
-    from ortformer.checks import is_int
+    from ortformer.core.checks import is_int
 
     assert is_int(3) and is_int(np.int64(3)) and is_int(-1)
     assert not any(is_int(v) for v in (True, False, 3.0, "3", None, [3]))
 
 
 def test_json_object_names_what_and_raises_the_callers_error():
-    from ortformer.checks import json_object
-    from ortformer.errors import ConfigError
+    from ortformer.core.checks import json_object
+    from ortformer.core.errors import ConfigError
 
     assert json_object('{"a": 1}', "x") == {"a": 1} and json_object(b'{"a": 1}', "x") == {"a": 1}
     for text, message in (("{not json", "body is not valid JSON"), ("[1, 2]", "body must be a JSON object, got list"),
@@ -52,7 +52,7 @@ def test_json_object_names_what_and_raises_the_callers_error():
 def test_one_guard_names_the_extra_and_the_missing_module(monkeypatch):
     import json as present
 
-    from ortformer.errors import MissingExtraError, require
+    from ortformer.core.errors import MissingExtraError, require
 
     assert require("a feature", "text", "json") is present
     monkeypatch.setitem(__import__("sys").modules, "absent_module", None)
@@ -73,4 +73,4 @@ def test_no_module_guards_an_optional_import_by_hand():
             if isinstance(node, ast.ExceptHandler) and getattr(node.type, "id", None) == "ImportError":
                 if any(isinstance(n, ast.Raise) and "MissingExtraError" in ast.unparse(n) for n in ast.walk(node)):
                     raising.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert [r.split(":")[0] for r in raising] == ["errors.py"], raising
+    assert [r.split(":")[0] for r in raising] == ["core/errors.py"], raising

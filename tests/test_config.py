@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ortformer import config_format1
+from ortformer.config import format1 as config_format1
 from ortformer.config import (PRESETS, Classifier, Convolution, Disentangled, EncoderConfig, Experts, LocalAttention,
                               RelativeAttention, SentenceDense, ShortConv, TokenDense, preset)
-from ortformer.config_groups import GROUPS
-from ortformer.cost import flops_per_sequence, total_flops
-from ortformer.errors import ConfigError
+from ortformer.config.groups import GROUPS
+from ortformer.contract.cost import flops_per_sequence, total_flops
+from ortformer.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -130,7 +130,7 @@ def test_flops_are_quadratic_for_softmax_and_linear_for_the_linear_family():
 
 
 def test_config_and_cost_import_without_torch():
-    code = "import sys, ortformer, ortformer.config, ortformer.cost, ortformer.contract; assert 'torch' not in sys.modules"
+    code = "import sys, ortformer, ortformer.config, ortformer.contract.cost, ortformer.contract; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

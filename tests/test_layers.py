@@ -2,9 +2,11 @@
 inside a function) goes to the module's own layer or one below, and the modules'
 imports form no circle.
 
-Layers, bottom to top (docs/layout.md): errors/fsutil and the leaves (_version, cpus,
-corpus, checks) -> config/text -> contract/cost/late/rerank_template -> models/parity -> the model file
-(onnxfile, modelfile, chunkfile, int8_kernels) -> runtime -> exporter -> bench/scale/serve -> cli.
+Layers, bottom to top (docs/layout.md): core (errors, fsutil, checks, cpus, corpus) and _version
+-> config (EncoderConfig, its groups, format 1, text) -> contract (names, cost, late, rerank_template,
+parity) -> models -> modelfile (the model file: onnxfile, chunkfile, int8_kernels) -> runtime ->
+exporter -> bench/scale/serve -> cli. The root modules errors, cost and parity are deprecated
+re-exports kept at their old import paths, in the layer of what they re-export.
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import ortformer
 
 PACKAGE = Path(ortformer.__file__).parent
 LAYERS = [
-    ("errors", "fsutil", "_version", "corpus", "checks", "cpus"),
-    ("config", "config_groups", "config_format1", "text"),
-    ("contract", "cost", "late", "rerank_template"),
-    ("models", "parity"),
-    ("onnxfile", "modelfile", "chunkfile", "int8_kernels"),
+    ("core", "_version", "errors"),
+    ("config",),
+    ("contract", "cost", "parity"),
+    ("models",),
+    ("modelfile",),
     ("runtime",),
     ("exporter",),
     ("bench", "scale", "serve"),
@@ -121,3 +123,24 @@ def test_the_reader_sees_lazy_and_relative_imports(tmp_path):
     assert found == {"ortformer.contract", "ortformer", "ortformer.cli.common", "ortformer.exporter.export"}
     assert sorted(t for t in found if level(t) > LEVEL["runtime"]) == [
         "ortformer", "ortformer.cli.common", "ortformer.exporter.export"]
+
+
+def test_the_old_root_paths_warn_and_re_export():
+    """ortformer.errors, ortformer.cost and ortformer.parity (paths the docs showed) still import,
+    with a DeprecationWarning that names the new path, and give the very same objects."""
+    import importlib
+    import sys
+    import warnings
+
+    from ortformer.contract import cost, parity
+    from ortformer.core import errors
+
+    for old, new, name in [("ortformer.errors", errors, "ConfigError"), ("ortformer.cost", cost, "parameter_count"),
+                           ("ortformer.parity", parity, "GATES")]:
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+            f"{old} is deprecated; import {new.__name__}"]
+        assert getattr(module, name) is getattr(new, name)

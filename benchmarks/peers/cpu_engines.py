@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ortformer.corpus import sentences
-from ortformer.errors import InputError
+from ortformer.core.corpus import sentences
+from ortformer.core.errors import InputError
 from ortformer.exporter import export
-from ortformer.parity import row_cosines
+from ortformer.contract.parity import row_cosines
 from ortformer.runtime import Runtime
 from ortformer.bench.measure import side_by_side
 from .overlay import SETUP_COMMAND, overlay_dir, overlay_problem
@@ -42,7 +42,7 @@ def measured_and_calibration(measured: int, calibration: int) -> tuple[list[str]
 
 def cpu_facts() -> dict:
     """The CPU flags that decide int8 / bf16 kernels, and the 1, 5, 15 min load averages."""
-    from ortformer.int8_kernels import cpu_flags
+    from ortformer.modelfile.int8_kernels import cpu_flags
 
     flags = cpu_flags()
     return {"flags": [f for f in FLAGS if f in flags], "load_average": [round(x, 2) for x in os.getloadavg()],

@@ -147,7 +147,7 @@ def ctranslate2_model(folder: Path, workdir: Path) -> Path:
 
 
 def load_engines(args) -> dict:
-    from ortformer.text import TextEncoder
+    from ortformer.config.text import TextEncoder
 
     common = {"tokenizer": TextEncoder(args.tokenizer, args.lowercase), "max_length": args.max_length, "threads": args.threads}
     engines = {"openvino_float32": OpenVinoEngine(str(args.onnx), precision="f32", **common),

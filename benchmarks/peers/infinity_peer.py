@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ortformer.errors import OrtformerError
+from ortformer.core.errors import OrtformerError
 from .overlay import SETUP_COMMAND, STAMP, build_staged
 
 PINS = Path(__file__).with_name("infinity_peer.txt")

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 
 PROTOCOLS = ("openai", "tei")
 MAX_SECONDS = 3600.0

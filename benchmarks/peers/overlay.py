@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ortformer.errors import OrtformerError
+from ortformer.core.errors import OrtformerError
 
 PINS_FILES = tuple(Path(__file__).with_name(name) for name in ("st_onnx_peer.txt", "cpu_engines_peer.txt"))
 PINS = PINS_FILES[0]

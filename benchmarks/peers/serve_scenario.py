@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ortformer.errors import OrtformerError
+from ortformer.core.errors import OrtformerError
 from .infinity_peer import ENGINES, infinity_command, infinity_problem, peer_env, prepare_optimum_model
 from .load import LoadPlan, load
 from ortformer.bench.measure import target
@@ -41,8 +41,8 @@ START_TIMEOUT_S = 600.0  # Infinity optimizes its ONNX graph and times its model
 def serve_texts(folder: Path, count: int) -> tuple[list[str], list[int]]:
     """Real sentences of at most MAX_TOKENS tokens, and each one's token count by the model's
     own tokenizer ([CLS] and [SEP] included), the same count for every server."""
-    from ortformer.corpus import sentences
-    from ortformer.text import TextEncoder
+    from ortformer.core.corpus import sentences
+    from ortformer.config.text import TextEncoder
 
     encoder = TextEncoder(folder / "tokenizer.json")
     texts = sentences(count)

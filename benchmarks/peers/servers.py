@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ortformer.errors import OrtformerError
+from ortformer.core.errors import OrtformerError
 from .load import check_loopback
 
 HOST = "127.0.0.1"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ortformer.errors import OrtformerError
+from ortformer.core.errors import OrtformerError
 from .overlay import SETUP_COMMAND, overlay_dir, overlay_problem
 
 # the first start exports three models (torch.onnx, optimum's O3 optimizer, int8 quantization)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 
 # name -> file under the model's onnx/ folder (None: the plain export, onnx/model.onnx);
 # the int8 file name follows the quantization scheme (quint8 in sentence-transformers 5)
@@ -37,7 +37,7 @@ def int8_config(machine: str | None = None, flags: frozenset[str] | None = None)
     avx512_vnni, avx512 or avx2 (its four presets)."""
     import platform
 
-    from ortformer.int8_kernels import cpu_flags
+    from ortformer.modelfile.int8_kernels import cpu_flags
 
     machine = (machine or platform.machine()).lower()
     if machine in ("arm64", "aarch64"):

@@ -13,8 +13,8 @@ from benchmarks.peers.cpu_engines import engine_rows, measured_and_calibration, 
 from benchmarks.peers.cpu_engines_worker import BATCH_SIZE, Engine, mean_pool_normalized
 from benchmarks.peers.st_onnx_peer import StOnnxWorker, worker_env
 from benchmarks.peers.st_onnx_worker import handle
-from ortformer.corpus import sentences
-from ortformer.errors import InputError
+from ortformer.core.corpus import sentences
+from ortformer.core.errors import InputError
 from ortformer.runtime.batching import length_batches
 
 
@@ -136,7 +136,7 @@ def test_an_engine_running_ortformers_graph_gives_embed_texts_exactly(text_model
     padding, so with ortformer's own graph as the engine the two are equal (the batches themselves
     are checked above: ortformer's results do not depend on them)."""
     from ortformer.runtime import Runtime
-    from ortformer.text import TextEncoder
+    from ortformer.config.text import TextEncoder
 
     runtime = Runtime(text_model, "cpu", threads=1)
 

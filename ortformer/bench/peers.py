@@ -22,7 +22,7 @@ import onnxruntime as ort
 import torch
 from onnx import TensorProto, helper
 
-from ..cost import total_flops
+from ..contract.cost import total_flops
 from ..exporter import export
 from ..runtime.providers import session_options
 from .measure import graph_session, side_by_side
@@ -143,7 +143,7 @@ def bert_peers(workdir: Path, cfg, batch: int, n: int, threads: int, iterations:
     import transformers
 
     from ..models import load_any
-    from ..parity import Case, make_inputs
+    from ..contract.parity import Case, make_inputs
     from ..runtime import Runtime
 
     folder = hf_bert_folder(workdir, cfg)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..fsutil import staged
+from ..core.fsutil import staged
 
 
 def plot_long(result: dict, path: Path) -> bool:

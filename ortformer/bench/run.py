@@ -8,9 +8,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, require_torch
-from ..fsutil import write_atomic
-from ..cpus import available_cpus
+from ..core.errors import ConfigError, require_torch
+from ..core.fsutil import write_atomic
+from ..core.cpus import available_cpus
 
 require_torch("ortformer bench")
 

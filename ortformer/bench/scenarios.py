@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from ..config import preset
-from ..cost import total_flops
+from ..contract.cost import total_flops
 from ..exporter import export
 from ..models import build_encoder
-from ..parity import Case, make_inputs
+from ..contract.parity import Case, make_inputs
 from ..runtime import Runtime
 from ..runtime.profile import profile_ops
 from .measure import run_isolated, target

@@ -66,7 +66,7 @@ def bench(scenarios, quick, threads, iterations, out_dir, force):
     Other engines (sentence-transformers, Infinity, OpenVINO, CTranslate2) are timed by the
     repository's peer harness: `python -m benchmarks --help` from a checkout.
     """
-    from ..errors import require_torch
+    from ..core.errors import require_torch
 
     # refused before minutes of measuring, not after
     out = check_output(out_dir, force=force, option="--out", folder=True)

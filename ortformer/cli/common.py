@@ -17,8 +17,8 @@ from typing import Iterator
 
 import click
 
-from ..errors import OrtformerError
-from ..fsutil import staged
+from ..core.errors import OrtformerError
+from ..core.fsutil import staged
 
 
 class CliError(click.ClickException):
@@ -228,7 +228,7 @@ def written(path: Path, option: str) -> Iterator[Path]:
 
 def thread_limit() -> int:
     """Most --threads any verb takes: providers.THREADS_PER_CORE per usable core."""
-    from ..cpus import available_cpus
+    from ..core.cpus import available_cpus
     from ..runtime.providers import THREADS_PER_CORE
 
     return THREADS_PER_CORE * available_cpus()

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from .. import config_format1, contract
+from ..config import format1 as config_format1
+from .. import contract
 from ..config import (ACTIVATIONS, ATTENTION_KINDS, DEFAULT_PRESET, DENSE_ACTIVATIONS, NORM_POSITIONS, NORMS, POOLINGS,
                       POSITION_IDS, POSITIONS, PRESETS, EncoderConfig, preset)
-from ..errors import ConfigError
-from ..parity import GATES, format_report
+from ..core.errors import ConfigError
+from ..contract.parity import GATES, format_report
 from ..runtime.providers import VERIFY_PROVIDERS
 from .common import CliError, check_output, echo_json, given_options, human_size
 
@@ -114,7 +115,7 @@ def checked_config(preset_name: str | None, config_file: str | None, flags: dict
 def _check_opset(value: int | None) -> int | None:
     """--opset must be one the exporter traces at (checked before any output is named)."""
     if value is not None:
-        from ..errors import require_torch
+        from ..core.errors import require_torch
 
         require_torch("ortformer export")
         from ..exporter.export import SUPPORTED_OPSETS
@@ -303,7 +304,7 @@ def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir
       ortformer export --from sentence-transformers/all-MiniLM-L6-v2 -o minilm.onnx
       ortformer export --preset bert-base --quantize int8 -o bert-int8.onnx
     """
-    from ..errors import require_torch
+    from ..core.errors import require_torch
 
     check_hub_options(from_path, revision, cache_dir, "--from")
     if from_path:
@@ -446,7 +447,7 @@ def check_command(model, against, revision, cache_dir, seed, provider, as_json):
       ortformer check minilm.onnx --against ./all-MiniLM-L6-v2
       ortformer check tiny.onnx --provider openvino
     """
-    from ..errors import require_torch
+    from ..core.errors import require_torch
 
     check_hub_options(against, revision, cache_dir, "--against")
     require_torch("ortformer check")

@@ -13,12 +13,12 @@ import numpy as np
 
 from .. import contract
 from ..config import SPLADE_POOLINGS
-from ..checks import json_value
-from ..parity import GATES, format_report
-from ..errors import InputError
+from ..core.checks import json_value
+from ..contract.parity import GATES, format_report
+from ..core.errors import InputError
 from ..runtime import ProviderFallbackWarning, Runtime
 from ..runtime.providers import RUNTIME_PROVIDERS
-from ..fsutil import reserve
+from ..core.fsutil import reserve
 from ..runtime.validate import as_array
 from .common import (CliError, check_output, echo_json, human_size, model_argument, quiet_onnxruntime,
                      threads_option, usage_errors, written)

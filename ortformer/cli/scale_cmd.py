@@ -108,7 +108,7 @@ def batch_command(model, input_path, output_path, ray_address, num_actors, batch
     """
     from ..scale.ray_batch import DuplicateIdWarning, embed_corpus
     from ..scale.shards import INPUT_KINDS
-    from ..text import TruncationWarning
+    from ..config.text import TruncationWarning
 
     if Path(input_path).suffix not in INPUT_KINDS:
         raise click.BadParameter(f"{input_path} must be a {' or '.join(INPUT_KINDS)} file", param_hint="'--input'")

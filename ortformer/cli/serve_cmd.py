@@ -6,7 +6,7 @@ import os
 
 import click
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..runtime.providers import PROVIDERS
 from .common import quiet_onnxruntime, threads_option
 

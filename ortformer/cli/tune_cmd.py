@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..parity import GATES
+from ..contract.parity import GATES
 from .common import echo_json, model_argument, quiet_onnxruntime, threads_option
 
 
@@ -46,7 +46,7 @@ def tune_command(ctx, model, texts_file, quality, int8_file, threads, rounds, wr
       ortformer tune minilm.onnx --texts sentences.txt --threads 2 --json
     """
     quiet_onnxruntime(ctx)
-    from ..cpus import available_cpus
+    from ..core.cpus import available_cpus
     from ..runtime.machine import this_cpu
     from ..runtime.tune import choice_entry, read_texts, tune
     from ..runtime.tuned import check_writable, write_choice

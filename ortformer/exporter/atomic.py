@@ -18,9 +18,9 @@ from pathlib import Path
 import onnx
 
 from .. import contract
-from ..errors import ExportError
-from ..fsutil import fsync_dir, fsync_file
-from ..onnxfile import external_locations
+from ..core.errors import ExportError
+from ..core.fsutil import fsync_dir, fsync_file
+from ..modelfile.onnxfile import external_locations
 
 # protobuf refuses messages over 2 GiB; stay clear of it with weights inline
 INLINE_LIMIT_BYTES = 1_800_000_000

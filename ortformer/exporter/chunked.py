@@ -22,7 +22,7 @@ import torch
 from onnx import numpy_helper
 
 from .. import contract
-from ..errors import ExportError
+from ..core.errors import ExportError
 from ..models import chunk_stages
 from .dynamo import export_program
 from ..models.encoder import Encoder
@@ -155,7 +155,7 @@ GATE_CHUNK_SIZE = 16
 
 def chunked_cases(cfg):
     """Grid cases longer than one chunk: right, left and random padding with an empty row."""
-    from ..parity import Case
+    from ..contract.parity import Case
 
     n = min(cfg.max_positions, 3 * GATE_CHUNK_SIZE + 5)
     if n <= GATE_CHUNK_SIZE:
@@ -165,7 +165,7 @@ def chunked_cases(cfg):
 
 def chunked_gate(path, eager, cfg, dtype: str = "float32", seed: int = 0) -> dict:
     """The chunked path (runtime/chunked.py) against eager PyTorch on cases longer than a chunk."""
-    from .. import parity
+    from ..contract import parity
     from ..runtime import Runtime
 
     runtime = Runtime(path, provider="cpu", chunk_size=GATE_CHUNK_SIZE)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import ExportError
+from ..core.errors import ExportError
 
 if TYPE_CHECKING:  # the return annotation only; onnx loads where the program is saved
     import onnx

@@ -16,16 +16,16 @@ import onnxruntime as ort
 import torch
 
 from .. import contract
-from ..checks import check_int
+from ..core.checks import check_int
 from .._version import __version__
 from ..config import EncoderConfig
-from .. import cost
-from ..cost import parameter_count
-from ..errors import ExportError, ModelFileError, ParityError
-from ..int8_kernels import open_session
+from ..contract import cost
+from ..contract.cost import parameter_count
+from ..core.errors import ExportError, ModelFileError, ParityError
+from ..modelfile.int8_kernels import open_session
 from ..modelfile import check_graph_io, file_weights_digest
 from ..models import Encoder, MultiHeadAttention, build_encoder
-from .. import parity as parity_mod
+from ..contract import parity as parity_mod
 from .dynamo import export_program
 from .chunked import chunked_gate, chunked_payload
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
@@ -33,7 +33,7 @@ from .fused_ops import TRANSLATIONS
 from .int8 import ROW_QUANTIZE_OPSET
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 from .text_parity import compared_output, text_parity
-from ..text import TextEncoder, check_tokenizer
+from ..config.text import TextEncoder, check_tokenizer
 from .settings import DEFAULT_OPSET, GateOptions, GraphOptions, Provenance, TextSettings, grouped  # noqa: F401  (DEFAULT_OPSET: re-exported)
 
 # Opset 18 is the lowest the dynamo exporter emits and what onnxruntime's graph

@@ -27,7 +27,7 @@ earlier MatMulInteger, Cast, two Muls form ran 1.1-1.2x float32 against 1.3x
 - int8 weights make the GEMM uint8 x int8: VPDPBUSD on VNNI CPUs, 2.7-6x float32's
   MatMul against 1.2-1.4x for uint8 x uint8. Without VNNI that kernel's int16 pair sums
   saturate, so sessions there get the same integers as uint8 + 128
-  (ortformer/int8_kernels.py): same numbers on every CPU, u8 x u8 speed.
+  (ortformer/modelfile/int8_kernels.py): same numbers on every CPU, u8 x u8 speed.
 - static activation scales (constants, calibrated) fail the gate: per-token cosine
   0.76 on the parity grid, sentence min 0.958-0.976. See benchmarks/int8_schemes.py
   and the README's int8 section for the measured table.
@@ -232,7 +232,7 @@ def simulated_error(rows: np.ndarray, w: np.ndarray, zp: int, m: np.ndarray) -> 
 
 def _min_cosines(session, reference, feeds: list[dict]) -> float:
     """Smallest per-token (kept tokens) and per-sentence cosine of session against reference."""
-    from ..parity import compare
+    from ..contract.parity import compare
 
     worst = 1.0
     for feed in feeds:
@@ -258,7 +258,7 @@ def module_of(node: onnx.NodeProto) -> dict:
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
-    from ..int8_kernels import open_session
+    from ..modelfile.int8_kernels import open_session
 
     options = ort.SessionOptions()
     options.log_severity_level = 3

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ..errors import ExportError
+from ..core.errors import ExportError
 
 DTYPES = ("float32", "float16")
 QUANTIZATIONS = ("int8",)
@@ -48,13 +48,13 @@ def calibration_feeds(cfg, tokenizer, lowercase: bool = False) -> tuple[list[dic
     import numpy as np
 
     from .. import contract
-    from ..parity import Case, make_inputs
+    from ..contract.parity import Case, make_inputs
 
     if tokenizer is not None and cfg.takes_ids:
-        from ..corpus import sentences
-        from ..errors import MissingExtraError, ModelFileError
+        from ..core.corpus import sentences
+        from ..core.errors import MissingExtraError, ModelFileError
         from ..runtime.batching import pad
-        from ..text import TruncationWarning, text_encoder
+        from ..config.text import TruncationWarning, text_encoder
         import warnings
 
         try:

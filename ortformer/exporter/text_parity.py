@@ -17,10 +17,10 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import contract
-from ..corpus import sentences
+from ..core.corpus import sentences
 from ..config import EncoderConfig
-from ..errors import MissingExtraError, ModelFileError
-from ..parity import row_cosines
+from ..core.errors import MissingExtraError, ModelFileError
+from ..contract.parity import row_cosines
 from ..runtime.batching import length_batches, pad
 
 SENTENCES = 48
@@ -50,7 +50,7 @@ def text_parity(session, eager: Callable[[dict], dict], cfg: EncoderConfig, toke
     lowercasing) or a tokenizer.json path.
     """
     output = compared_output(cfg)
-    from ..text import TruncationWarning, text_encoder
+    from ..config.text import TruncationWarning, text_encoder
 
     # recorded, never gated: a tokenizer that cannot run here skips the check, not the export
     try:

@@ -14,16 +14,16 @@ import onnxruntime as ort
 
 from .. import contract
 from ..config import EncoderConfig
-from ..errors import ConfigError, ModelFileError, ParityError, ProviderError
-from ..int8_kernels import open_session
+from ..core.errors import ConfigError, ModelFileError, ParityError, ProviderError
+from ..modelfile.int8_kernels import open_session
 from ..models import Encoder, Loaded, build_encoder, load_any
 from ..modelfile import ModelFile, check_weights, read_model_file, tokenizer_path
-from ..text import check_tokenizer
+from ..config.text import check_tokenizer
 from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
-from ..parity import GATES, failed_cases, run_parity
+from ..contract.parity import GATES, failed_cases, run_parity
 from ..runtime.openvino_session import OpenVINOSession, int8_refused
-from ..cpus import available_cpus
+from ..core.cpus import available_cpus
 from ..runtime.providers import VERIFY_PROVIDERS
 
 _RANDOM_INIT = re.compile(r"random-init:seed=(-?\d+)$")

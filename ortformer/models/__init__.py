@@ -1,17 +1,39 @@
-"""Torch encoders built from an EncoderConfig. Importing this needs torch."""
-from ..errors import require_torch
+"""Torch encoders built from an EncoderConfig, and the Hugging Face folder imports.
 
-require_torch("ortformer.models")
+Importing this package is torch-free, so its torch-free parts (the family registry in
+hf/family.py: Family, VocabTokenizer, FAMILY_MODULES) import without torch. The torch gate sits
+where torch is needed: each name below loads its module on first use, after require_torch (a
+MissingExtraError naming the extra when torch is missing), and hf.family.families() checks it
+before it imports the family modules.
+"""
+from __future__ import annotations
 
-from .attention import KERNELS, MultiHeadAttention, get_kernel  # noqa: E402
-from .checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from .encoder import Block, Encoder, build_encoder, pool  # noqa: E402
-from .hf.bert import load_bert  # noqa: E402
-from .layers import RMSNorm, sinusoid_table  # noqa: E402
-from .loaded import Loaded  # noqa: E402
-from .loading import load_any  # noqa: E402
-from .weights import checkpoint_digest  # noqa: E402
+import importlib
+
+# name -> the submodule that defines it; every one of them needs torch
+_TORCH_NAMES = {
+    "KERNELS": "attention", "MultiHeadAttention": "attention", "get_kernel": "attention",
+    "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
+    "Block": "encoder", "Encoder": "encoder", "build_encoder": "encoder", "pool": "encoder",
+    "load_bert": "hf.families.bert",
+    "RMSNorm": "layers", "sinusoid_table": "layers",
+    "Loaded": "loaded", "load_any": "loading", "checkpoint_digest": "weights",
+}
 
 __all__ = ["KERNELS", "MultiHeadAttention", "get_kernel", "Block", "Encoder", "build_encoder", "pool",
            "RMSNorm", "sinusoid_table", "load_bert", "Loaded", "checkpoint_digest", "load_any",
            "load_checkpoint", "save_checkpoint"]
+
+
+def __getattr__(name: str):
+    module = _TORCH_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ortformer.models' has no attribute {name!r}")
+    from ..core.errors import require_torch
+
+    require_torch("ortformer.models")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

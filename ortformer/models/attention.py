@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import linear_forms
 from .layers import RMSNorm, at_least_f32, rotate
 
@@ -233,7 +233,7 @@ def _causal_factored(kind: str) -> Kernel:
 
 # causal versions: prefix sums for the factored kernels, a triangular bias for softmax.
 # efficient has none: its softmax over positions would need each query's own running
-# max over keys j <= i, which the factored (D, D) context cannot carry (config.py refuses it)
+# max over keys j <= i, which the factored (D, D) context cannot carry (config/__init__.py refuses it)
 CAUSAL_KERNELS: dict[str, Kernel] = {
     "softmax": causal_softmax_attention,
     "linear": _causal_factored("linear"),

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 from ..config import EncoderConfig
-from ..errors import CheckpointError, ConfigError
-from ..fsutil import fsync_dir, fsync_file, temp_beside
+from ..core.errors import CheckpointError, ConfigError
+from ..core.fsutil import fsync_dir, fsync_file, temp_beside
 from .encoder import Encoder
 from .weights import (WEIGHT_NAMES, WEIGHTS_NAME, check_tensors, encoder_from_tensors, find_weights,
                       read_safetensors_header, read_weights, shapes_of)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..errors import CheckpointError, HubError, install_line, require
+from ..core.errors import CheckpointError, HubError, install_line, require
 from .hf.folder_layout import (LEGACY_TOKENIZER_FILES, TOKENIZER_NAME, module_dir, module_kind, st_modules,
                                 transformer_dir)
 from .hf.late_folders import BGE_M3_FILES, COLBERT_AI_METADATA

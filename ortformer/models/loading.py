@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .checkpoint import CONFIG_NAME, TOKENIZER_NAME, load_checkpoint
 from .hf.family import elsewhere_hint, family_for, model_types
 from .hf.folder_files import FolderFiles

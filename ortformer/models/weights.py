@@ -20,8 +20,8 @@ import torch
 from safetensors import safe_open
 
 from ..config import EncoderConfig
-from ..cost import parameter_count
-from ..errors import CheckpointError
+from ..contract.cost import parameter_count
+from ..core.errors import CheckpointError
 from .encoder import Encoder, build_encoder
 
 WEIGHTS_NAME = "model.safetensors"

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import contract
-from ..errors import InputError
+from ..core.errors import InputError
 from .validate import InputSpec, as_array, check_inputs, task_ids
 
 

@@ -11,7 +11,7 @@ Step mode (causal): the step stage carries T per layer from chunk to chunk (an R
 Positions are offset by each chunk's start. Pooling (mean, cls) is taken over chunks
 here. The stage graphs and the map from their weight inputs to the main graph's
 initializers come from the model's metadata (contract.META_CHUNKED; checked by
-modelfile.py before anything runs).
+modelfile/ before anything runs).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..errors import InputError, ProviderError
+from ..core.errors import InputError, ProviderError
 from .providers import CPU_EP, CUDA_EP, spin_within_runs
 
 

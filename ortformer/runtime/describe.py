@@ -8,8 +8,8 @@ import warnings
 import onnxruntime
 
 from .. import contract
-from ..checks import check_int
-from ..cost import flops_per_sequence, parameter_breakdown, parameter_count
+from ..core.checks import check_int
+from ..contract.cost import flops_per_sequence, parameter_breakdown, parameter_count
 from .providers import cuda_failure_reason
 from .optimize import META_OPTIMIZED
 from .session import Runtime, TextUnavailableWarning
@@ -23,7 +23,7 @@ def _int8(runtime: Runtime) -> dict | None:
         return None
     import onnx
 
-    from ..int8_kernels import kernel_here
+    from ..modelfile.int8_kernels import kernel_here
 
     model = onnx.load(str(runtime.path), load_external_data=False)  # the graph and inline weights' types
     return {**json.loads(runtime.metadata[contract.META_INT8]), "kernel": kernel_here(model)}

@@ -15,9 +15,9 @@ from typing import Sequence
 import numpy as np
 
 from .. import contract
-from ..checks import check_int
-from ..errors import InputError
-from ..late import LateInteraction
+from ..core.checks import check_int
+from ..core.errors import InputError
+from ..contract.late import LateInteraction
 
 KINDS = ("query", "document")
 
@@ -77,7 +77,7 @@ def embed_late(runtime, texts, kind: str, outputs: list[str], batch_size: int = 
                          "late interaction needs a file exported from a ColBERT or bge-m3 folder")
     late = runtime.late or LateInteraction()
     encoder = runtime._text_encoder_checked()
-    from ..text import check_texts
+    from ..config.text import check_texts
 
     texts = check_texts(texts)
     ids, attention, keep = prepare(encoder, texts, late, kind, runtime.text_max_length, runtime.config.max_sequence,

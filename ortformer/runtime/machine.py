@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..int8_kernels import cpu_flags
+from ..modelfile.int8_kernels import cpu_flags
 
 # bfloat16 dot products in hardware: AVX512_BF16 (VDPBF16PS, Cooper Lake, Zen 4) or AMX's tiles
 # (TDPBF16PS, Sapphire Rapids). Without either, OpenVINO's CPU plugin would convert to bfloat16

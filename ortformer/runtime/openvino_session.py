@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelFileError, ProviderError, require
+from ..core.errors import ModelFileError, ProviderError, require
 
 OPENVINO_EP = "OpenVINOExecutionProvider"
 # Runtime's precision -> OpenVINO's INFERENCE_PRECISION_HINT (the element type its CPU plugin computes in)

@@ -17,11 +17,11 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..errors import ModelFileError
-from ..fsutil import copy_atomic, staged
-from ..int8_kernels import open_session
+from ..core.errors import ModelFileError
+from ..core.fsutil import copy_atomic, staged
+from ..modelfile.int8_kernels import open_session
 from ..modelfile import ModelFile, check_weights, read_model_file, tensors_digest, tokenizer_path
-from ..parity import GATES, compare, fold_worst, grid, make_inputs, passes
+from ..contract.parity import GATES, compare, fold_worst, grid, make_inputs, passes
 
 META_OPTIMIZED = "ortformer.optimized"
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .. import cost, parity
-from ..checks import check_int
-from ..errors import OrtformerError
+from ..contract import cost, parity
+from ..core.checks import check_int
+from ..core.errors import OrtformerError
 from . import providers
 from ..modelfile import read_model_file
 from .optimize import optimized_for_cpu

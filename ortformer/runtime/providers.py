@@ -13,9 +13,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from ..checks import check_int
-from ..errors import ProviderError
-from ..cpus import available_cpus
+from ..core.checks import check_int
+from ..core.errors import ProviderError
+from ..core.cpus import available_cpus
 from .openvino_session import OPENVINO_EP
 
 # onnxruntime's providers (what profile, serve and "auto" choose among)

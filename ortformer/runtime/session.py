@@ -17,14 +17,14 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..checks import check_int
-from ..errors import InputError, MissingExtraError, ModelFileError, ProviderError
-from ..int8_kernels import NO_CUDA_KERNELS, open_session
-from ..text import check_texts
+from ..core.checks import check_int
+from ..core.errors import InputError, MissingExtraError, ModelFileError, ProviderError
+from ..modelfile.int8_kernels import NO_CUDA_KERNELS, open_session
+from ..config.text import check_texts
 from . import providers
-from ..cpus import available_cpus
+from ..core.cpus import available_cpus
 from .batching import PreparedBatch, length_batches, prepare
-from ..chunkfile import MAX_CHUNK_SIZE
+from ..modelfile.chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
 from .openvino_session import OpenVINOSession, int8_refused
@@ -221,7 +221,7 @@ class Runtime:
             return self._text_unavailable(str(exc))
         if path is None:
             return None
-        from ..text import TextEncoder
+        from ..config.text import TextEncoder
 
         try:
             encoder = TextEncoder(path, self.text_lowercase)
@@ -404,7 +404,7 @@ class Runtime:
                 raise InputError(f"{self.path} names no tokenizer ('{contract.META_TOKENIZER}' metadata); "
                                  "export it with a tokenizer (export --tokenizer FILE, or --from a folder that "
                                  "holds one), or give token ids instead (embed() / run(), infer --ids)")
-            from ..text import TextEncoder
+            from ..config.text import TextEncoder
 
             TextEncoder(self.tokenizer_path())  # raises MissingExtraError naming the 'text' extra
         return self._text_encoder

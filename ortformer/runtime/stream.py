@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .. import contract
-from ..errors import InputError
+from ..core.errors import InputError
 from .validate import InputSpec, as_array, check_inputs
 
 

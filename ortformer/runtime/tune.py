@@ -30,11 +30,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import contract
-from ..checks import check_int
-from ..errors import InputError, ModelFileError, OrtformerError, OutputError
+from ..core.checks import check_int
+from ..core.errors import InputError, ModelFileError, OrtformerError, OutputError
 from ..modelfile import read_model_file
-from ..parity import GATES, compare, passes, row_cosines
-from ..cpus import available_cpus
+from ..contract.parity import GATES, compare, passes, row_cosines
+from ..core.cpus import available_cpus
 from .machine import CPU, this_cpu
 from .session import Runtime
 from .tuned import QUALITIES, TIERS
@@ -166,7 +166,7 @@ def tune(model: str | os.PathLike, texts: Sequence[str] | None = None, quality_f
         raise InputError(f"{model} is an int8 file; tune takes the float32 file (the reference the others are "
                          "compared to) and finds its int8 sibling, or give it with --int8")
     if texts is None:
-        from ..corpus import sentences
+        from ..core.corpus import sentences
 
         texts = sentences(SAMPLE_SENTENCES)
     texts = list(texts)

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contract
-from ..checks import is_int, json_object
-from ..errors import ModelFileError, OutputError, ProviderError
-from ..fsutil import write_atomic
+from ..core.checks import is_int, json_object
+from ..core.errors import ModelFileError, OutputError, ProviderError
+from ..core.fsutil import write_atomic
 from ..modelfile import ModelFile
 from .machine import CPU, this_cpu
 

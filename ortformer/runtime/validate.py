@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import contract
 from ..config import EncoderConfig
-from ..errors import InputError
+from ..core.errors import InputError
 
 ALL_INPUTS = (contract.INPUT_IDS, contract.INPUTS_EMBEDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS,
               contract.TASK_ID)

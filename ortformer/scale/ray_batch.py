@@ -29,10 +29,10 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import contract
-from ..checks import check_int
+from ..core.checks import check_int
 from ..config import SENTENCE_POOLINGS
-from ..errors import InputError, ModelFileError, OrtformerError, OutputError, require
-from ..cpus import available_cpus
+from ..core.errors import InputError, ModelFileError, OrtformerError, OutputError, require
+from ..core.cpus import available_cpus
 from .shards import (MANIFEST, Plan, file_stamp, finished, plan_corpus, pyarrow, read_json, read_shard,
                      remove_stale, write_json, write_shard)
 
@@ -129,7 +129,7 @@ def _embed(ray, plan: Plan, out: Path, model_path: Path, ray_address, num_actors
                              "run again with resume=True (--resume) to finish them")
     duplicates = _duplicate_ids(out, plan)
     if truncated_shards:
-        from ..text import TruncationWarning
+        from ..config.text import TruncationWarning
 
         warnings.warn(f"texts longer than the model's max_length were truncated in {truncated_shards} "
                       f"shard(s) of {out}", TruncationWarning, stacklevel=2)
@@ -286,7 +286,7 @@ class ShardEmbedder:
         The whole shard goes to embed_texts in one call: it tokenizes, sorts the texts by
         token length, runs batches of batch_size similar lengths (little padding) and
         returns the rows in input order."""
-        from ..text import TruncationWarning
+        from ..config.text import TruncationWarning
 
         if not texts:
             return np.empty((0, self.runtime.config.sentence_size), np.float32), False
@@ -333,7 +333,7 @@ def _run(ray, plan: Plan, pending: list, out: Path, model_path: Path, provider: 
 
 def _raise_error(text: str) -> None:
     """Re-raise an actor's OrtformerError ("TypeName:message") with its type."""
-    from .. import errors
+    from ..core import errors
 
     name, _, message = text.partition(":")
     cls = getattr(errors, name, None)

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import brief, check_int, json_object
-from ..fsutil import staged, write_atomic
-from ..errors import InputError, require
+from ..core.checks import brief, check_int, json_object
+from ..core.fsutil import staged, write_atomic
+from ..core.errors import InputError, require
 
 FORMAT = 1
 INPUT_KINDS = {".jsonl": "jsonl", ".parquet": "parquet"}

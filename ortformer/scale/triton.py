@@ -25,19 +25,19 @@ from pathlib import Path, PurePosixPath
 
 from .. import contract
 from .._version import __version__
-from ..checks import check_int
-from ..fsutil import copy_atomic, write_atomic
-from ..int8_kernels import NO_CUDA_KERNELS
+from ..core.checks import check_int
+from ..core.fsutil import copy_atomic, write_atomic
+from ..modelfile.int8_kernels import NO_CUDA_KERNELS
 from ..modelfile import ModelFile, TensorSpec, read_model_file, tokenizer_path
-from ..onnxfile import external_locations
-from ..errors import OutputError
+from ..modelfile.onnxfile import external_locations
+from ..core.errors import OutputError
 
 PLATFORM = "onnxruntime_onnx"
 VERSION = "1"  # Triton serves the highest numeric version folder; we write one
 MODEL_FILENAME = "model.onnx"  # Triton's default_model_filename for onnxruntime_onnx
 DEVICES = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
 # int8 files: "portable" writes the weights as uint8 + 128 (exact on every CPU), "vnni" as
-# exported (int8: faster, but only exact where the server's CPU has VNNI; ortformer/int8_kernels.py)
+# exported (int8: faster, but only exact where the server's CPU has VNNI; ortformer/modelfile/int8_kernels.py)
 INT8_KERNELS = ("portable", "vnni")
 # element type (as ortformer.modelfile names it) -> Triton DataType; every type the
 # model-file reader accepts on an input or output has an entry
@@ -246,7 +246,7 @@ def _portable_int8(model: ModelFile) -> bytes | None:
         return None
     import onnx
 
-    from ..int8_kernels import unsigned_weights
+    from ..modelfile.int8_kernels import unsigned_weights
     from ..modelfile import tensors_digest
 
     if model.external_data:

@@ -7,7 +7,7 @@ OpenAI's embeddings API, over the torch-free runtime (needs the ``serve`` extra)
 - ``run(app, host, port, limits=...)``: serve with uvicorn until SIGTERM, then drain
   (within ``limits.Limits.graceful_shutdown_timeout``).
 
-Layout: options (flags, the CPU count is ortformer/cpus.py's), model (a served model's operations, shared by every
+Layout: options (flags, the CPU count is ortformer/core/cpus.py's), model (a served model's operations, shared by every
 transport: embed, rerank, similarity, ...), encoding (inputs -> token ids, tokens, decoding),
 batcher (one queue and worker per model, Runtime.embed off the event loop, admission), requests
 (strict parsing of the bodies), app and routes (HTTP: parse, call, format), outputs (normalise,
@@ -17,7 +17,7 @@ TEI's names), errors (TEI's codes).
 Beyond one process: workers (--workers N on one port), ray (the Ray Serve application
 builder), grpc (TEI's tei.proto, --grpc-port), tracing (OpenTelemetry spans, --otlp-endpoint).
 """
-from ..errors import require
+from ..core.errors import require
 
 require("ortformer serve", "serve", "starlette", "uvicorn", "httptools", "prometheus_client")
 

@@ -13,7 +13,7 @@ import hmac
 import unicodedata
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 ENV = "ORTFORMER_API_KEY"
 

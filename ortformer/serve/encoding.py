@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import contract
-from ..errors import InputError
+from ..core.errors import InputError
 from ..runtime import Runtime
 from .errors import ServeError, bad_request, cannot_serve, empty, validation
 
@@ -50,7 +50,7 @@ class TextSide:
         self.max_input_length: int = runtime.text_max_length
         self.encoder = None
         if runtime.tokenizer_path() is not None:
-            from ..text import TextEncoder
+            from ..config.text import TextEncoder
 
             self.encoder = TextEncoder(runtime.tokenizer_path(), runtime.text_lowercase)
 
@@ -144,7 +144,7 @@ class TextSide:
         """Texts as a late-interaction model reads them (runtime/late.py's prepare): the query or
         document marker, a query expanded to the query length, a document cut to its length, the
         vectors a text keeps. Lengths are the model's own, so `truncate` does not apply."""
-        from ..late import LateInteraction
+        from ..contract.late import LateInteraction
         from ..runtime.late import prepare
 
         if not all(isinstance(x, str) for x in inputs):

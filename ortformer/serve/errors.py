@@ -19,7 +19,7 @@ Beyond TEI's types: a body over --payload-limit is 413 "validation" (TEI's body 
 """
 from __future__ import annotations
 
-from ..errors import OrtformerError
+from ..core.errors import OrtformerError
 
 STATUS = {"validation": 422, "empty": 400, "tokenizer": 422, "overloaded": 429, "backend": 424,
           "unhealthy": 503, "unauthorized": 401}

@@ -34,8 +34,8 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..checks import check_int
-from ..errors import InputError
+from ..core.checks import check_int
+from ..core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import numpy as np
 
 from .. import contract
-from ..errors import ModelFileError
+from ..core.errors import ModelFileError
 from ..runtime import Runtime
 from .encoding import Encoded, TextSide
 from .errors import ServeError, bad_request, cannot_serve, validation
@@ -252,7 +252,7 @@ class ServedModel(TextSide):
         self._begin(call, len(inputs))
         output = self.require("/embed_sparse")
         if self.late_interaction:
-            from ..late import LateInteraction
+            from ..contract.late import LateInteraction
 
             encoded, weights = await self._outputs(call, output, inputs, options, late_kind=late_kind or "document")
             skip = (self.runtime.late or LateInteraction()).sparse_skip

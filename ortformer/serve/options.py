@@ -7,11 +7,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks import check_int
-from ..errors import InputError, ModelFileError, ProviderError
+from ..core.checks import check_int
+from ..core.errors import InputError, ModelFileError, ProviderError
 from ..runtime import Runtime
 from ..runtime.session import CPU_TOKENS_PER_THREAD
-from ..cpus import available_cpus
+from ..core.cpus import available_cpus
 from .auth import check_key
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
@@ -37,7 +37,7 @@ class ServeOptions:
     auto_truncate: bool = False
     # required as "Authorization: Bearer KEY" on every route but /health and /metrics
     api_key: str | None = None
-    # onnxruntime intra-op threads per model; None: the CPUs this process may use (ortformer/cpus.py)
+    # onnxruntime intra-op threads per model; None: the CPUs this process may use (ortformer/core/cpus.py)
     threads: int | None = None
     provider: str = "cpu"
 

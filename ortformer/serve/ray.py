@@ -30,10 +30,10 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import HubError, InputError, require
+from ..core.errors import HubError, InputError, require
 from ..runtime.session import CPU_TOKENS_PER_THREAD
 from .batcher import ROUND_BATCHES
-from ..cpus import available_cpus
+from ..core.cpus import available_cpus
 from .options import NAME, ServeOptions, load_runtime
 
 serve = require("ortformer.serve.ray", "ray-serve", "ray.serve")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import brief, is_int
+from ..core.checks import brief, is_int
 from .errors import bad_request, empty
 from .model import LATE_KINDS, TextOptions
 from .outputs import ENCODING_FORMATS

@@ -24,7 +24,7 @@ from typing import Callable
 
 import uvicorn
 
-from ..errors import ListenError
+from ..core.errors import ListenError
 from .limits import LimitedConfig, Limits
 
 logger = logging.getLogger("ortformer.serve")

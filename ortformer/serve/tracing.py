@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Mapping
 
-from ..errors import require
+from ..core.errors import require
 
 SERVICE_NAME = "ortformer.serve"
 # route -> TEI's span name (its handler's name); other routes use their path

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import errors
-from ..cpus import available_cpus
+from ..core import errors
+from ..core.cpus import available_cpus
 from .options import ServeOptions
 
 PID_HEADER = b"x-ortformer-pid"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from support.cli import fail, invoke
 
-from ortformer.errors import MissingExtraError, install_line
+from ortformer.core.errors import MissingExtraError, install_line
 
 
 @pytest.fixture

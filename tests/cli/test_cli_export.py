@@ -7,10 +7,10 @@ import sys
 import onnx
 import pytest
 
-from ortformer import config_format1
+from ortformer.config import format1 as config_format1
 from ortformer.cli.export_cmd import COMMANDS, config_from_options
 from ortformer.config import EncoderConfig, preset
-from ortformer.errors import ConfigError
+from ortformer.core.errors import ConfigError
 from ortformer.runtime import Runtime
 from support.cli import fail_stderr as fail, invoke  # noqa: E402
 

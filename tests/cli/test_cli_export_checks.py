@@ -7,8 +7,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from ortformer import contract, cost
-from ortformer.errors import ModelFileError, ParityError
+from ortformer import contract
+from ortformer.contract import cost
+from ortformer.core.errors import ModelFileError, ParityError
 from ortformer.modelfile import file_weights_digest
 from ortformer.runtime import Runtime, read_model_file
 from support.text_models import minilm_tokenizer  # noqa: E402
@@ -40,7 +41,7 @@ def test_output_equal_to_an_input_is_refused_even_with_force(tmp_path):
 
 
 def test_keep_failed_keeps_a_model_that_loads(tmp_path, monkeypatch):
-    from ortformer import parity
+    from ortformer.contract import parity
     from ortformer.config import preset
     from ortformer.exporter import export
 
@@ -250,7 +251,7 @@ def test_export_says_why_an_older_tokenizer_is_not_shipped(tmp_path):
 def test_int8_is_refused_with_standard_ops_only(tmp_path):
     """int8 writes onnxruntime's MatMulIntegerToFloat: --no-fused-ops (standard ONNX only) cannot hold it."""
     from ortformer.config import preset
-    from ortformer.errors import ExportError
+    from ortformer.core.errors import ExportError
     from ortformer.exporter import export
 
     assert "--no-fused-ops promises standard ONNX ops only" in fail(

@@ -61,7 +61,7 @@ def test_threads_are_capped(tokens_model):
     assert "--threads" in fail("infer", tokens_model, "--ids", "[1]", "--threads", too_many, code=2)
     assert "--threads" in fail("profile", tokens_model, "--threads", too_many, code=2)
     assert "--threads" in fail("bench", "--quick", "--threads", too_many, code=2)
-    from ortformer.errors import InputError
+    from ortformer.core.errors import InputError
 
     with pytest.raises(InputError, match="threads"):
         Runtime(tokens_model, "cpu", threads=10_000)

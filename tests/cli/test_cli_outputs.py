@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortformer import fsutil
+from ortformer.core import fsutil
 # the session fixture text_model: tiny with BERT's vocabulary and the MiniLM tokenizer beside it
 from support.cli import fail, invoke  # noqa: E402
 

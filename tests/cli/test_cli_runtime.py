@@ -13,7 +13,7 @@ from support.cli import fail_stderr as fail, invoke  # noqa: E402
 
 from ortformer.cli.common import human_size  # noqa: E402
 from ortformer.cli.runtime_cmd import COMMANDS  # noqa: E402
-from ortformer.cost import parameter_count  # noqa: E402
+from ortformer.contract.cost import parameter_count  # noqa: E402
 from ortformer.runtime import Runtime  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support.cli import fail, invoke
 
-from ortformer.parity import GATES
+from ortformer.contract.parity import GATES
 from ortformer.runtime import Runtime
 
 

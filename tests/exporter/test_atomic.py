@@ -15,7 +15,7 @@ from ortformer import contract
 from ortformer.config import preset
 from ortformer.exporter import export
 from ortformer.exporter.atomic import stage_model
-from ortformer.errors import ExportError
+from ortformer.core.errors import ExportError
 from ortformer.modelfile import file_weights_digest
 from ortformer.runtime import read_model_file
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from ortformer.config import preset
-from ortformer.errors import ExportError
+from ortformer.core.errors import ExportError
 from ortformer.exporter import dynamo
 from ortformer.exporter.export import DEFAULT_OPSET, _trace_to_onnx
 from ortformer.models import build_encoder

@@ -9,9 +9,9 @@ import torch
 
 from ortformer import contract
 from ortformer.config import LocalAttention, RelativeAttention, preset
-from ortformer.errors import ExportError, ParityError
+from ortformer.core.errors import ExportError, ParityError
 from ortformer.exporter import GATES, export, grid
-from ortformer.parity import example_shape
+from ortformer.contract.parity import example_shape
 from ortformer.models import build_encoder
 
 # a covering set: every attention kind, both norms and norm positions, every

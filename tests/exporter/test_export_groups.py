@@ -11,7 +11,8 @@ import pytest
 from support.cli import invoke
 from support.text_models import minilm_tokenizer
 
-from ortformer import contract, text
+from ortformer import contract
+from ortformer.config import text
 from ortformer.config import preset
 from ortformer.exporter import GateOptions, GraphOptions, Provenance, TextSettings, export
 from ortformer.models import load_any

@@ -10,12 +10,12 @@ from click.testing import CliRunner
 from ortformer import contract
 from ortformer.cli import cli
 from ortformer.config import preset
-from ortformer.errors import ModelFileError, ProviderError
+from ortformer.core.errors import ModelFileError, ProviderError
 from ortformer.exporter import export
 from ortformer.exporter.int8 import ROW_QUANTIZE_OPSET, quantize_int8_rows, weight_matmuls, with_row_quantize_opset
 from ortformer.exporter.precision import calibration_feeds
-from ortformer.int8_kernels import signed_int8_exact
-from ortformer.parity import row_cosines
+from ortformer.modelfile.int8_kernels import signed_int8_exact
+from ortformer.contract.parity import row_cosines
 from ortformer.runtime import Runtime
 from ortformer.modelfile import read_model_file
 from support.text_models import set_metadata

@@ -7,7 +7,7 @@ from ortformer.config import preset
 from ortformer.exporter.export import eager_runner
 from ortformer.exporter.text_parity import text_parity
 from ortformer.models import build_encoder
-from ortformer.parity import text_summary
+from ortformer.contract.parity import text_summary
 
 
 
@@ -91,7 +91,7 @@ def test_a_tokenizer_that_does_not_fit_skips_the_check(tmp_path, tokenizer):
 
 
 def test_the_report_line_carries_the_text_line():
-    from ortformer.parity import format_report
+    from ortformer.contract.parity import format_report
 
     report = {"passed": True, "dtype": "float32", "provider": "CPUExecutionProvider", "cases": [{}],
               "worst": {"sentence_embedding": {"max_abs": 1e-6, "max_rel": 1e-6, "min_cosine": 1.0}},
@@ -102,7 +102,7 @@ def test_the_report_line_carries_the_text_line():
 
 
 def test_the_report_line_survives_hand_written_reports():
-    from ortformer.parity import format_report
+    from ortformer.contract.parity import format_report
 
     assert format_report({"skipped": True, "reason": "parity disabled by the caller"}) == \
         "skipped (parity disabled by the caller)"

@@ -17,8 +17,8 @@ from support.hf import patch_config  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from ortformer.errors import CheckpointError  # noqa: E402
-from ortformer.models.hf.bert import load_bert  # noqa: E402
+from ortformer.core.errors import CheckpointError  # noqa: E402
+from ortformer.models.hf.families.bert import load_bert  # noqa: E402
 from ortformer.models import checkpoint_digest, load_any  # noqa: E402
 
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,7 @@ from support.hf import save_hf, transformers
 from support.late import ATOL, DOCS, SMALL, cli, close, exported, hf_tokenizer
 
 from ortformer import contract
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 

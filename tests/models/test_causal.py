@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from ortformer.config import EncoderConfig
-from ortformer.errors import ConfigError
+from ortformer.core.errors import ConfigError
 from ortformer.models import linear_forms
 from ortformer.models.attention import CAUSAL_KERNELS, get_kernel
 

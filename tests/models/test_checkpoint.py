@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from ortformer.config import ATTENTION_KINDS, EncoderConfig, preset
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import build_encoder
 from ortformer.models import checkpoint_digest, load_any, load_checkpoint, save_checkpoint
 

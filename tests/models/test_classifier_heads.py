@@ -13,8 +13,8 @@ from support.hf import cases, inputs_for, transformers
 
 from ortformer import contract
 from ortformer.config import Classifier, EncoderConfig, preset
-from ortformer.cost import parameter_count
-from ortformer.errors import CheckpointError, ConfigError, ExportError, InputError, ModelFileError
+from ortformer.contract.cost import parameter_count
+from ortformer.core.errors import CheckpointError, ConfigError, ExportError, InputError, ModelFileError
 from ortformer.exporter import export
 from ortformer.models import build_encoder, load_any
 from ortformer.runtime import Runtime
@@ -351,7 +351,7 @@ def test_a_sentence_transformers_cross_encoder_folder_scores_as_predict(tmp_path
 
 
 def test_one_logit_heads_are_gated_on_the_scores_not_their_signs():
-    from ortformer.parity import GATES, compare, passes
+    from ortformer.contract.parity import GATES, compare, passes
 
     mask = np.ones((3, 4), np.int64)
     want = np.array([[-0.002], [4.0], [-3.0]], np.float32)

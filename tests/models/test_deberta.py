@@ -6,7 +6,7 @@ from support.hf import (assert_matches_transformers, cases, hf_reference, load_a
                         with_config)
 
 from ortformer.config import Disentangled
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 # deberta-base's layout: plain distances up to max_position_embeddings, no absolute positions
@@ -49,7 +49,7 @@ def test_the_in_proj_rows_are_regrouped_per_head(saved):
     """A mutation check: reading in_proj as [Q; K; V] (not interleaved per head) must not match."""
     import torch
 
-    from ortformer.models.hf import deberta
+    from ortformer.models.hf.families import deberta
 
     loaded = load_any(saved[0])
     qkv = loaded.model.state_dict()["blocks.0.attention.qkv.weight"]

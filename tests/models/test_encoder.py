@@ -7,7 +7,7 @@ import dataclasses
 
 from ortformer.config import (ACTIVATIONS, ATTENTION_KINDS, Adapters, Convolution, Experts, LocalAttention, RelativeAttention,
                               ShortConv, preset)
-from ortformer.cost import parameter_breakdown, parameter_count
+from ortformer.contract.cost import parameter_breakdown, parameter_count
 from ortformer.models import build_encoder
 
 

@@ -8,7 +8,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export,
                         mean_pooling_layout, save_hf, st_embeddings, transformers, with_config)
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

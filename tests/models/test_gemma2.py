@@ -10,7 +10,7 @@ from support.hf import (assert_matches_transformers, assert_only_the_import_matc
                         load_and_export, transformers, with_config)
 
 from ortformer.config import EncoderConfig, RelativeAttention
-from ortformer.errors import CheckpointError, ConfigError
+from ortformer.core.errors import CheckpointError, ConfigError
 from ortformer.models import load_any
 
 SLIDING, FULL = "sliding_attention", "full_attention"

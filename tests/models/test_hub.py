@@ -15,7 +15,7 @@ from support.fake_hub import FakeHub, Repo, commit_id, fill_cache, folder_files
 from support.hf import save_hf, sentence_folder, transformers
 
 from ortformer import contract
-from ortformer.errors import CheckpointError, HubError
+from ortformer.core.errors import CheckpointError, HubError
 from ortformer.models import load_any
 from ortformer.models.hub import wanted_files
 

@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from ortformer import contract
 from ortformer.config import EncoderConfig, RelativeAttention
-from ortformer.errors import CheckpointError, ConfigError
+from ortformer.core.errors import CheckpointError, ConfigError
 from ortformer.models import load_any
 from ortformer.models.layers import alibi_slopes
 from ortformer.runtime import Runtime

@@ -15,7 +15,7 @@ from support.hf import GATE, TOKENIZER_FILES, cases, check_gate, hf_hidden, hf_r
 
 from ortformer import contract
 from ortformer.config import Adapters
-from ortformer.errors import CheckpointError, InputError
+from ortformer.core.errors import CheckpointError, InputError
 from ortformer.exporter import export
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
@@ -224,7 +224,7 @@ def test_the_model_file_reader_checks_task_id_against_the_config(jina, tmp_path)
     graph) is refused; run() checks task values against the tasks."""
     from support.text_models import set_metadata
 
-    from ortformer.errors import ModelFileError
+    from ortformer.core.errors import ModelFileError
 
     _, _, loaded, path = jina
     plain = loaded.config.replace(adapters=None)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ortformer.models.attention import KERNELS, get_kernel
-from ortformer.errors import ConfigError
+from ortformer.core.errors import ConfigError
 
 EPS = 1e-6
 

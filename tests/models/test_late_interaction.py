@@ -17,8 +17,8 @@ from support.late import DOCS, QUERIES, SMALL, cli, close, exported, hf_tokenize
 
 from ortformer import contract
 from ortformer.config import EncoderConfig, TokenDense
-from ortformer.errors import CheckpointError, ConfigError, InputError, ModelFileError
-from ortformer.late import LateInteraction
+from ortformer.core.errors import CheckpointError, ConfigError, InputError, ModelFileError
+from ortformer.contract.late import LateInteraction
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 
@@ -42,7 +42,7 @@ def insert_marker(ids: torch.Tensor, marker: int) -> torch.Tensor:
                                     dict(token_dense=TokenDense(size=8, bias=True), token_weights=True)])
 def test_token_heads_outputs_and_parameter_count(fields):
     from ortformer.config import preset
-    from ortformer.cost import parameter_count
+    from ortformer.contract.cost import parameter_count
     from ortformer.models import build_encoder
 
     cfg = preset("tiny", **fields)
@@ -63,7 +63,7 @@ def test_token_heads_outputs_and_parameter_count(fields):
 
 def test_token_head_fields_are_checked():
     from ortformer.config import preset
-    from ortformer.errors import ConfigError
+    from ortformer.core.errors import ConfigError
     from ortformer.models.chunk_stages import chunkable
 
     # a bias without the head: only format 1's flat fields can say that, and its reader refuses it

@@ -14,7 +14,7 @@ from support.late import pylate_layout
 
 from ortformer import contract
 from ortformer.config import ShortConv, TokenDense
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 CONV, FULL = "conv", "full_attention"

@@ -15,7 +15,7 @@ import torch
 from support.hf import GATE, save_hf, transformers
 
 from ortformer import contract
-from ortformer.errors import InputError, ModelFileError
+from ortformer.core.errors import InputError, ModelFileError
 from ortformer.exporter import export
 from ortformer.models import load_any
 from ortformer.modelfile import read_model_file
@@ -217,7 +217,7 @@ def test_a_template_on_a_model_without_a_one_label_last_token_head_is_refused(to
 
 
 def test_a_reranker_is_recognised_by_its_folder_name_and_architecture(tmp_path):
-    from ortformer.errors import CheckpointError
+    from ortformer.core.errors import CheckpointError
     from ortformer.models.hf.llm_reranker import template_name
 
     causal = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}

@@ -7,7 +7,7 @@ from support.hf import (assert_matches_transformers, assert_only_the_import_matc
                         load_and_export, save_hf, transformers, with_config)
 
 from ortformer.config import LocalAttention
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 # a window of |i - j| <= 2, so the grid's rows of up to 64 tokens reach far past it

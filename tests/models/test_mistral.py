@@ -9,7 +9,7 @@ from support.hf import (assert_matches_transformers, assert_same_embeddings, cas
                         patch_config, save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.config import Classifier
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.exporter import export
 from ortformer.models import load_any
 from ortformer.runtime import Runtime

@@ -69,7 +69,7 @@ def test_sequence_classifier_reads_the_last_token(tmp_path, bias):
     ("mlm_head", {"decoder_bias": "no", "vocab_size": 10}, "decoder_bias='no' must be true or false"),
 ])
 def test_head_flags_must_be_booleans(function, hf, message):
-    from ortformer.errors import CheckpointError
+    from ortformer.core.errors import CheckpointError
     from ortformer.models.hf import heads
 
     model_type = "modernbert-decoder" if function == "classifier_head" else "modernbert"

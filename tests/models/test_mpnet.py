@@ -8,7 +8,7 @@ from support.hf import (assert_matches_transformers, assert_same_embeddings, cas
                         save_hf, sentence_folder, st_embeddings, transformers, with_config)
 
 from ortformer.config import RelativeAttention
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from support.hf import assert_matches_reference, assert_same_embeddings, load_and_export, sentence_folder, write_folder
 from tokenizers import Tokenizer
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
-from ortformer.models.hf.neobert import ffn_size
+from ortformer.models.hf.families.neobert import ffn_size
 from ortformer.runtime import Runtime
 
 VOCAB, WIDTH, HEADS, LAYERS, INTERMEDIATE, EPS = 30522, 48, 4, 2, 100, 1e-5

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from support.hf import GATE, assert_matches_reference, cases, load_and_export, write_folder
 
 from ortformer.config import Experts
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 VOCAB, WIDTH, HEADS, LAYERS, INNER, EXPERTS, TOP_K, EPS, THETA = 120, 32, 4, 4, 40, 4, 2, 1e-5, 1000.0

@@ -13,7 +13,7 @@ from models.test_splade import TEXTS, VOCAB, sparse_folder, their_weights
 from safetensors.torch import load_file, save_file
 from support.hf import assert_matches_transformers, hf_reference, load_and_export, save_hf, transformers
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

@@ -9,7 +9,7 @@ import pytest
 from support.hf import (assert_matches_transformers, assert_same_embeddings, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
-from ortformer.errors import CheckpointError, InputError
+from ortformer.core.errors import CheckpointError, InputError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

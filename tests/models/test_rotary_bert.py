@@ -10,7 +10,7 @@ import torch
 from support.hf import (assert_matches_transformers, assert_same_embeddings, cases, hf_reference, load_and_export, save_hf,
                         sentence_folder, st_embeddings, transformers, with_config)
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

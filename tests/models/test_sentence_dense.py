@@ -12,7 +12,7 @@ from support.hf import TOKENIZER_FILES, assert_same_embeddings, load_and_export,
 from safetensors.torch import load_file, save_file
 
 from ortformer.config import preset
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.models.chunk_stages import chunkable
 from ortformer.models.loading import load_hf

@@ -13,7 +13,7 @@ from support.exported_models import without_output
 from support.hf import assert_same_embeddings, load_and_export
 
 from ortformer import contract
-from ortformer.errors import ModelFileError
+from ortformer.core.errors import ModelFileError
 from ortformer.runtime import Runtime, read_model_file
 
 st = pytest.importorskip("sentence_transformers")

@@ -11,7 +11,7 @@ import pytest
 from support.hf import load_and_export, save_hf, transformers
 
 from ortformer.config import Classifier, EncoderConfig, SentenceDense
-from ortformer.errors import CheckpointError, ConfigError
+from ortformer.core.errors import CheckpointError, ConfigError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
 

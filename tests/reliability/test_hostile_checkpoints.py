@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from support.reliability import scaled
 
 from ortformer.config import preset
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models import build_encoder
 from ortformer.models import load_any, load_checkpoint, save_checkpoint
 
@@ -269,7 +269,7 @@ def test_hostile_config_json(tmp_path, valid, figures, kind):
 HUGE_CONFIG_CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (12 << 30, 12 << 30))  # a runaway build fails here, not in the OOM killer
-from ortformer.errors import CheckpointError
+from ortformer.core.errors import CheckpointError
 from ortformer.models.checkpoint import load_checkpoint
 try:
     load_checkpoint(sys.argv[1])

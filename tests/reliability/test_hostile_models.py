@@ -460,7 +460,7 @@ def test_byte_mutations_never_crash(tmp_path, good, figures):
 def test_a_cut_never_silently_drops_optional_metadata(tmp_path, tokens_model, monkeypatch):
     """Protobuf has no end marker: a file cut exactly between two top-level fields parses.
     Every such cut must be refused, or keep all the metadata the whole file has."""
-    from ortformer.errors import ModelFileError
+    from ortformer.core.errors import ModelFileError
     from ortformer.runtime import read_model_file
 
     export_module = sys.modules["ortformer.exporter.export"]

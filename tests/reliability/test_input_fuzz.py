@@ -6,7 +6,7 @@ arrays), or raises InputError. Any other exception, a NaN/inf returned, an
 invalid input accepted or a valid one refused is a failure. After every call the
 same Runtime still answers a fixed good request bit for bit.
 
-Validity is decided by an oracle written here from the contract (ortformer/contract.py,
+Validity is decided by an oracle written here from the contract (ortformer/contract/__init__.py,
 ortformer/runtime/validate.py docstring), independently of the runtime's own checks.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from support.reliability import good_request, scaled
 
 from ortformer import contract
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 
 NAMES = (contract.INPUT_IDS, contract.INPUTS_EMBEDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS)
 DTYPES = [

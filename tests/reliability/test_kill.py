@@ -22,7 +22,7 @@ import torch
 from support import kill_child
 from support.reliability import SUPPORT, child_env, scaled
 
-from ortformer.errors import CheckpointError, ExportError
+from ortformer.core.errors import CheckpointError, ExportError
 from ortformer.models import build_encoder
 from ortformer.models.checkpoint import load_checkpoint, save_checkpoint
 from ortformer.runtime import Runtime, read_model_file

@@ -25,7 +25,7 @@ from hypothesis import settings
 from ortformer.config import ATTENTION_KINDS, preset
 from ortformer.exporter import GATES, export, grid
 from ortformer.models import build_encoder
-from ortformer.parity import compare
+from ortformer.contract.parity import compare
 from ortformer.runtime import Runtime
 
 SOAK = settings.get_current_profile_name() == "soak"

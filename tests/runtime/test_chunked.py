@@ -10,10 +10,10 @@ import pytest
 
 from ortformer import contract
 from ortformer.config import preset
-from ortformer.errors import InputError, ModelFileError
+from ortformer.core.errors import InputError, ModelFileError
 from ortformer.exporter.export import eager_runner
 from ortformer.models import build_encoder
-from ortformer.parity import GATES, Case, compare, make_inputs
+from ortformer.contract.parity import GATES, Case, compare, make_inputs
 from ortformer.runtime import Runtime, read_model_file
 
 CHUNK = 16
@@ -218,7 +218,7 @@ def test_chunk_stages_run_on_the_runtimes_provider(models, monkeypatch):
 
     import onnxruntime as ort
 
-    from ortformer.errors import ProviderError
+    from ortformer.core.errors import ProviderError
     from ortformer.runtime import chunked
     from ortformer.runtime.providers import CPU_EP, CUDA_EP
 

@@ -1,6 +1,6 @@
 """available_cpus: the affinity mask capped by the cgroup CPU quota, the one count Runtime,
 serve and Ray batch size themselves by."""
-from ortformer import cpus
+from ortformer.core import cpus
 from ortformer.runtime import Runtime, session
 from ortformer.serve.options import ServeOptions
 

@@ -1,8 +1,8 @@
 """describe(): the info report as a library call (the CLI only prints it)."""
 import pytest
 
-from ortformer.cost import flops_per_sequence, parameter_count
-from ortformer.errors import InputError, ModelFileError
+from ortformer.contract.cost import flops_per_sequence, parameter_count
+from ortformer.core.errors import InputError, ModelFileError
 from ortformer.runtime.describe import describe
 
 

@@ -6,8 +6,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ortformer import int8_kernels
-from ortformer.int8_kernels import open_session, signed_int8_exact, unsigned_weights
+from ortformer.modelfile import int8_kernels
+from ortformer.modelfile.int8_kernels import open_session, signed_int8_exact, unsigned_weights
 from ortformer.runtime import Runtime
 
 CPU = ["CPUExecutionProvider"]

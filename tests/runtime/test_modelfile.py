@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 
 from ortformer import contract
-from ortformer.errors import ModelFileError
+from ortformer.core.errors import ModelFileError
 from ortformer.runtime import Runtime, read_model_file, tokenizer_path
 from ortformer.runtime.session import TextUnavailableWarning
 

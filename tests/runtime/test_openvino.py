@@ -13,8 +13,8 @@ from support.cli import fail, invoke
 
 from ortformer import contract
 from ortformer.config import preset
-from ortformer.errors import InputError, MissingExtraError, ProviderError
-from ortformer.parity import GATES, compare, grid, make_inputs, passes
+from ortformer.core.errors import InputError, MissingExtraError, ProviderError
+from ortformer.contract.parity import GATES, compare, grid, make_inputs, passes
 from ortformer.runtime import Runtime
 
 pytest.importorskip("openvino")

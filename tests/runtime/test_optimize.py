@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from ortformer.cli import cli
-from ortformer.errors import ModelFileError
+from ortformer.core.errors import ModelFileError
 from ortformer.runtime import Runtime
 from ortformer.runtime.optimize import META_OPTIMIZED, optimize_offline, optimized_for_cpu
 

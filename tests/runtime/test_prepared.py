@@ -3,7 +3,7 @@ embed_prepared / run_prepared run it without checking or sorting it again."""
 import numpy as np
 import pytest
 
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 from ortformer.runtime import PreparedBatch, Runtime
 from ortformer.runtime import batching
 

@@ -6,7 +6,7 @@ import pytest
 from support.torch_free import run_python
 
 from ortformer.config import preset
-from ortformer.errors import InputError, ModelFileError
+from ortformer.core.errors import InputError, ModelFileError
 from ortformer.runtime.profile import TOP_NODES, profile_ops, summarize
 
 # op types onnxruntime's CPU graph rewrites may introduce (not in the exported file)

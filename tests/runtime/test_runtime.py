@@ -8,8 +8,8 @@ import pytest
 from support.exported_models import CONFIGS
 
 from ortformer import contract
-from ortformer.errors import InputError, ProviderError
-from ortformer.parity import GATES, compare, grid, make_inputs, passes
+from ortformer.core.errors import InputError, ProviderError
+from ortformer.contract.parity import GATES, compare, grid, make_inputs, passes
 from ortformer.runtime import ProviderFallbackWarning, Runtime
 from ortformer.runtime.validate import check_inputs
 
@@ -295,7 +295,7 @@ def test_embed_token_budget_gives_the_same_results(tokens_rt, rng, monkeypatch):
 
 
 def test_threads_are_what_was_asked_or_the_usable_cores(tokens_model):
-    from ortformer.cpus import available_cpus
+    from ortformer.core.cpus import available_cpus
 
     assert Runtime(tokens_model, "cpu", threads=3).threads == 3
     assert Runtime(tokens_model, "cpu").threads == available_cpus()  # affinity, capped by a cgroup quota

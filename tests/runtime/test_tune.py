@@ -13,8 +13,8 @@ from support.text_models import minilm_tokenizer
 
 from ortformer import contract
 from ortformer.config import preset
-from ortformer.errors import InputError, ModelFileError, OutputError, ProviderError
-from ortformer.parity import GATES, compare, passes
+from ortformer.core.errors import InputError, ModelFileError, OutputError, ProviderError
+from ortformer.contract.parity import GATES, compare, passes
 from ortformer.runtime import Runtime, machine, tuned
 from ortformer.runtime.providers import check_precision
 from ortformer.runtime.tune import choice_entry, tune

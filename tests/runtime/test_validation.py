@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ortformer import contract
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 from ortformer.runtime import Runtime
 
 GOOD_IDS = [[5, 6, 7, 8], [9, 10, 11, 12]]

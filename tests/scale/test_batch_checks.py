@@ -12,7 +12,7 @@ from click.testing import CliRunner
 pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 
-from ortformer.errors import InputError  # noqa: E402
+from ortformer.core.errors import InputError  # noqa: E402
 from ortformer.scale import ray_batch  # noqa: E402
 
 

@@ -17,7 +17,7 @@ pytest.importorskip("ray.data")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from ortformer.errors import InputError, ModelFileError, OutputError  # noqa: E402
+from ortformer.core.errors import InputError, ModelFileError, OutputError  # noqa: E402
 from ortformer.runtime import Runtime  # noqa: E402
 from ortformer.scale import embed_corpus  # noqa: E402
 

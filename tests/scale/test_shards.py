@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from ortformer.errors import InputError, MissingExtraError
+from ortformer.core.errors import InputError, MissingExtraError
 from ortformer.scale import shards as sh
 
 pa = pytest.importorskip("pyarrow")

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ortformer import contract
 from ortformer.config import EncoderConfig, preset
-from ortformer.errors import ModelFileError, OutputError
+from ortformer.core.errors import ModelFileError, OutputError
 from ortformer.scale import write_triton_repo
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from ortformer.errors import OutputError
+from ortformer.core.errors import OutputError
 from ortformer.scale import write_triton_repo
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 from ortformer.serve.limits import Limits
 from support.serve import serving
 

@@ -18,7 +18,7 @@ pytest.importorskip("ray.serve")
 yaml = pytest.importorskip("yaml")
 httpx = pytest.importorskip("httpx")
 
-from ortformer.errors import InputError  # noqa: E402
+from ortformer.core.errors import InputError  # noqa: E402
 from ortformer.serve.ray import build, ongoing_requests, parse_args, ServeOptions  # noqa: E402
 
 pytestmark = pytest.mark.ray

@@ -7,7 +7,7 @@ import base64
 import numpy as np
 import pytest
 
-from ortformer.text import TruncationWarning
+from ortformer.config.text import TruncationWarning
 from support.serve import PROMPTS, post, serving
 
 httpx = pytest.importorskip("httpx")

@@ -19,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from ortformer import contract  # noqa: E402
 from ortformer.exporter import export  # noqa: E402
 from ortformer.models import load_any  # noqa: E402
-from ortformer.parity import GATES, Case, grid, make_mask  # noqa: E402
+from ortformer.contract.parity import GATES, Case, grid, make_mask  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 GATE = GATES["float32"]

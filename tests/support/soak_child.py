@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ortformer.errors import InputError
+from ortformer.core.errors import InputError
 from ortformer.runtime import Runtime
 
 

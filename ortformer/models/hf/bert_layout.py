@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ...config import EncoderConfig
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from ..weights import Tensors, check_tensors
 from .activations import ACTIVATIONS
 from .config_checks import refuse, require

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from ...checks import brief
+from ...core.checks import brief
 from ...config import EncoderConfig
-from ...errors import CheckpointError, ConfigError
+from ...core.errors import CheckpointError, ConfigError
 
 Group = TypeVar("Group")
 

@@ -14,7 +14,9 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-# the family modules of models/hf/, in the order the export --from help lists their model types
+from ...core.errors import require_torch
+
+# the family modules of models/hf/families/, in the order the export --from help lists their model types
 FAMILY_MODULES = ("bert", "roberta", "distilbert", "electra", "albert", "mpnet", "modernbert", "deberta",
                   "deberta_v2", "t5", "ernie", "roformer", "longformer", "prenorm_bert", "jina_bert",
                   "rotary_bert", "llama", "gemma", "neobert", "lfm2", "jina_lora")
@@ -53,8 +55,10 @@ class Family:
 @functools.cache
 def families() -> tuple[Family, ...]:
     """Every module's FAMILY, in FAMILY_MODULES order; RuntimeError when two main families claim
-    one model_type (a registry mistake, not a user's)."""
-    records = tuple(importlib.import_module(f".{name}", __package__).FAMILY for name in FAMILY_MODULES)
+    one model_type (a registry mistake, not a user's). The family modules build torch encoders,
+    so this is where the registry needs torch (MissingExtraError without it)."""
+    require_torch("the Hugging Face family modules")
+    records = tuple(importlib.import_module(f".families.{name}", __package__).FAMILY for name in FAMILY_MODULES)
     claimed = [t for record in records if record.detect is None for t in record.model_types]
     repeated = sorted({t for t in claimed if claimed.count(t) > 1})
     if repeated:

@@ -11,7 +11,7 @@ import functools
 import os
 from pathlib import Path
 
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from .folder_layout import find_tokenizer, module_dir, module_kind, read_json, st_modules
 
 CONFIG_NAME = "config.json"

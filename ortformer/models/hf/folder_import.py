@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...config import SPLADE_POOLINGS, EncoderConfig
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from ..loaded import Loaded
 from ..weights import Tensors, encoder_from_tensors, find_weights, read_weights, weights_source
 from .folder_files import FolderFiles

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 
 
 TOKENIZER_NAME = "tokenizer.json"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...config import Classifier
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from ..weights import Tensors
 from .activations import head_activation
 

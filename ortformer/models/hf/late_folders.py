@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...config import TokenDense
-from ...errors import CheckpointError
-from ...late import LateInteraction
+from ...core.errors import CheckpointError
+from ...contract.late import LateInteraction
 from ..weights import Tensors
 from .folder_layout import read_json
 from .sentence_dense import DenseHead, dense_tensors
@@ -186,7 +186,7 @@ def resolve(spec: LateSpec, tokenizer: Path | None, vocab_size: int) -> LateInte
     if tokenizer is None:
         raise CheckpointError("late interaction needs the folder's tokenizer (tokenizer.json) to find its marker, "
                               "expansion, skiplist and special token ids; give the folder one")
-    from ...text import TextEncoder
+    from ...config.text import TextEncoder
     from .tokenizer_settings import read_settings
 
     encoder = TextEncoder(tokenizer)

@@ -6,7 +6,7 @@ the two rows it reads: one "score" row w = W_lm[yes] - W_lm[no] (the token table
 head is tied), so the graph's ``logits`` (B, 1) are d = w . h_last = z_yes - z_no at the last kept
 token, a one-label classifier. The card's score is sigmoid(d) = softmax([z_no, z_yes])[1] = P(yes)
 (Qwen3-Reranker) or d itself (mxbai-rerank-v2); the prompt template travels in the file
-(rerank_template.py).
+(contract/rerank_template.py).
 
 A folder is recognised by its name (the hub repository's for a hub id): Qwen3-Reranker-*, or
 mxbai-rerank-*-v2, with a *ForCausalLM architecture; config.json names no task.
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import CheckpointError
-from ...rerank_template import RerankTemplate
+from ...core.errors import CheckpointError
+from ...contract.rerank_template import RerankTemplate
 from ..weights import Tensors
 from .folder_layout import find_tokenizer, folder_name
 from .heads import ClassifierHead, HeadLayout

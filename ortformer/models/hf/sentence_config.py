@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...checks import brief
+from ...core.checks import brief
 from ...config import SPLADE_ACTIVATIONS, SPLADE_POOLINGS
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from .folder_layout import module_dir, module_kind, read_json, st_modules, transformer_dir
 from .late_folders import is_pylate
 from .sentence_dense import DenseHead, chain_dense, dense_layer

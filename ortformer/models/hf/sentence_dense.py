@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...config import SentenceDense
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from ..weights import Tensors, check_tensors, find_weights, read_weights
 from .folder_layout import HF_DTYPES, HF_WEIGHT_NAMES, read_json
 

@@ -41,7 +41,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials
 
 MAX_EXTRA_IDS = 10_000  # T5 ships 100 sentinels; a config asking for millions is broken

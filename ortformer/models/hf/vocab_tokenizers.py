@@ -31,7 +31,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from .family import by_model_type
 from .folder_layout import read_json
 from .tokenizer_settings import add_specials, cls_sep_template, read_settings, require_specials

@@ -6,9 +6,9 @@ sliding otherwise"; config.json lists it as ``layer_types`` (or a period the fam
 """
 from __future__ import annotations
 
-from ...checks import brief
+from ...core.checks import brief
 from ...config import LocalAttention
-from ...errors import CheckpointError
+from ...core.errors import CheckpointError
 from .config_checks import default_rope_theta, make_group, refuse
 
 FULL, SLIDING = "full_attention", "sliding_attention"

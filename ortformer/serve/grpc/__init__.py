@@ -7,7 +7,7 @@ through grpcio, beside the HTTP routes (needs the ``grpc`` extra).
   the served models' operations (model.py), so gRPC and HTTP share one batcher per model, its
   limits and its metrics; ``with_grpc(app, host, port)`` starts the server with the app.
 """
-from ...errors import require
+from ...core.errors import require
 
 require("ortformer serve --grpc-port", "grpc", "grpc", "google.protobuf")
 

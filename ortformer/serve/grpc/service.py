@@ -334,7 +334,7 @@ def with_grpc(app, host: str, port: int, *, ready: Callable[[str, int], None] | 
     port, then ``app.state.grpc_port``), started by the app's lifespan once its batchers run
     and stopped before they stop: open RPCs get up to grace_s seconds to finish.
     ``ready(host, port)`` is called once it listens; `reuse_port` as in ``server``."""
-    from ...errors import ListenError
+    from ...core.errors import ListenError
 
     serve, original = app.state.serve, app.router.lifespan_context
 
