@@ -2,25 +2,16 @@
 verb's one-line errors; the CPU count from affinity and the cgroup quota."""
 from __future__ import annotations
 
-import re
-import signal
 import sys
-import threading
-import time
 
 import pytest
 from click.testing import CliRunner
 
 from ortformer.cli import cli
-from support.serve import start_process as start
+from support.serve import sigterm_with_requests_open, start_process as start
 from support.torch_free import run_python
 
 httpx = pytest.importorskip("httpx")
-
-
-def count(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
 def test_sigterm_answers_open_requests_then_exits_0(runtimes):
@@ -30,21 +21,7 @@ def test_sigterm_answers_open_requests_then_exits_0(runtimes):
     process, url = start(str(path), "--threads", "1", "--max-batch-tokens", "1", "--max-wait-ms", "0",
                          "--max-client-batch-size", "128")
     try:
-        texts = [" ".join(["word"] * 20) + f" {i}" for i in range(128)]
-        answers: list = []
-        clients = [threading.Thread(target=lambda: answers.append(
-            httpx.post(f"{url}/embed", json={"inputs": texts}, timeout=60))) for _ in range(16)]
-        for client in clients:
-            client.start()
-        deadline = time.monotonic() + 30
-        while count(url, "te_request_count") < 16:  # every request is in the server
-            assert time.monotonic() < deadline, "the requests did not arrive"
-            time.sleep(0.005)
-        answered_before = count(url, "te_request_success")
-        process.send_signal(signal.SIGTERM)
-        for client in clients:
-            client.join(60)
-        assert process.wait(60) == 0, process.stderr.read()
+        answers, answered_before = sigterm_with_requests_open(process, url)
     finally:
         if process.poll() is None:
             process.kill()

@@ -2,10 +2,7 @@
 one /metrics view summed over them, and SIGTERM answering every open request before exit 0."""
 from __future__ import annotations
 
-import signal
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +11,7 @@ import pytest
 from ortformer.serve.options import ServeOptions
 from ortformer.serve.workers import worker_threads
 
-from support.serve import count, start_process as start
+from support.serve import count, sigterm_with_requests_open, start_process as start
 
 httpx = pytest.importorskip("httpx")
 
@@ -45,22 +42,9 @@ def test_two_workers_share_the_port_and_the_metrics_and_drain_on_sigterm(runtime
         folders = set(Path(tempfile.gettempdir()).glob("ortformer-serve-metrics-*")) - before
         assert len(folders) == 1 and any(next(iter(folders)).glob("*.db"))  # the workers' metric files
 
-        texts = [" ".join(["word"] * 20) + f" {i}" for i in range(128)]
-        answers: list = []
-        clients = [threading.Thread(target=lambda: answers.append(
-            httpx.post(f"{url}/embed", json={"inputs": texts}, headers={"connection": "close"}, timeout=120)))
-            for _ in range(16)]
-        for client in clients:
-            client.start()
-        deadline = time.monotonic() + 60
-        while count(url, "te_request_count") < sent + 16:  # every request is in a worker
-            assert time.monotonic() < deadline, "the requests did not arrive"
-            time.sleep(0.01)
-        answered_before = count(url, "te_request_success")
-        process.send_signal(signal.SIGTERM)
-        for client in clients:
-            client.join(120)
-        assert process.wait(120) == 0, process.stderr.read()
+        # new connections, so both workers hold some of the requests the signal finds open
+        answers, answered_before = sigterm_with_requests_open(process, url, already=sent, timeout=120,
+                                                              headers={"connection": "close"})
     finally:
         if process.poll() is None:
             process.kill()

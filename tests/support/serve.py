@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -149,3 +150,28 @@ def count(url: str, name: str) -> float:
 
     text = httpx.get(f"{url}/metrics", timeout=10).text
     return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def sigterm_with_requests_open(process: subprocess.Popen, url: str, already: int = 0, timeout: float = 60,
+                               headers: dict | None = None) -> tuple[list, float]:
+    """16 clients each POST 128 texts to /embed; once all 16 requests are in the server (its
+    te_request_count reaches already + 16), SIGTERM; returns (the 16 answers, te_request_success
+    when the signal was sent) once the process has exited, asserting it exited 0."""
+    import httpx
+
+    texts = [" ".join(["word"] * 20) + f" {i}" for i in range(128)]
+    answers: list = []
+    clients = [threading.Thread(target=lambda: answers.append(
+        httpx.post(f"{url}/embed", json={"inputs": texts}, headers=headers, timeout=timeout))) for _ in range(16)]
+    for client in clients:
+        client.start()
+    deadline = time.monotonic() + timeout / 2
+    while count(url, "te_request_count") < already + 16:  # every request is in the server
+        assert time.monotonic() < deadline, "the requests did not arrive"
+        time.sleep(0.005)
+    answered_before = count(url, "te_request_success")
+    process.send_signal(signal.SIGTERM)
+    for client in clients:
+        client.join(timeout)
+    assert process.wait(timeout) == 0, process.stderr.read()
+    return answers, answered_before
