@@ -201,6 +201,14 @@ def test_rerank_and_predict_through_serve(reranker):
         predicted = httpx.post(f"{running.url}/predict", json={"inputs": [[QUERY, DOCS[0]]], "raw_scores": True},
                                timeout=30).json()
         np.testing.assert_allclose(runtime.rerank_template.scores([predicted[0][0]["score"]]), want[:1], atol=1e-5)
+        # the Cohere / Jina route scores the same pairs as /rerank: the same numbers, sorted descending
+        plain = httpx.post(f"{running.url}/rerank", json={"query": QUERY, "texts": DOCS}, timeout=30).json()
+        cohere = httpx.post(f"{running.url}/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": 2},
+                            timeout=30).json()["results"]
+        best = sorted(plain, key=lambda r: -r["score"])[:2]
+        assert [r["index"] for r in cohere] == [r["index"] for r in best]
+        assert [r["relevance_score"] for r in cohere] == [r["score"] for r in best]
+        assert [r["document"]["text"] for r in cohere] == [DOCS[r["index"]] for r in best]
         lone = httpx.post(f"{running.url}/predict", json={"inputs": QUERY}, timeout=30)
         # TEI's validation error (413 before TEI 1.9, 422 since)
         assert lone.json()["error_type"] == "validation" and "[query, document] pairs" in lone.json()["error"]
