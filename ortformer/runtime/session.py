@@ -295,7 +295,7 @@ class Runtime:
         (None: the file's default task); its prompt, when the model records one under the task's name
         and prompt_name is None, is prepended. prompt_name naming a task (and task None) picks both.
         """
-        task, prompt_name = self._task_and_prompt(task, prompt_name)
+        task, prompt_name = self.task_and_prompt(task, prompt_name)
         prefix = self.prompt_text(prompt_name)
         if prefix:
             texts = [prefix + text if isinstance(text, str) else text for text in texts]
@@ -319,9 +319,10 @@ class Runtime:
         return self.embed(ids, batch_size=batch_size, output=output, max_tokens=max_tokens,
                           token_types=types if with_types else None, task=task)
 
-    def _task_and_prompt(self, task: str | None, prompt_name: str | None) -> tuple[str | None, str | None]:
-        """(task, prompt_name) for embed_texts: a task's own prompt when prompt_name is None, a task
-        taken from prompt_name when it names one and task is None."""
+    def task_and_prompt(self, task: str | None, prompt_name: str | None) -> tuple[str | None, str | None]:
+        """(task, prompt_name) as embed_texts reads them (serve's routes too): a task's own prompt
+        when prompt_name is None, a task taken from prompt_name when it names one and task is None.
+        InputError for a task on a model without adapters; an unknown task is left to task_ids."""
         adapters = self.config.adapters
         if adapters is None:
             if task is not None:

@@ -69,21 +69,19 @@ class TextSide:
         return self.runtime.prompt_text(name)
 
     def task(self, task: str | None, prompt_name: str | None) -> tuple[int | None, str | None]:
-        """(task index or None, prompt name) of a request: Runtime.embed_texts' rule (a task's own prompt,
-        a prompt_name that names a task picks it); 422 naming the valid tasks."""
-        adapters = self.runtime.config.adapters
-        if adapters is None:
-            if task is not None:
-                raise validation(f"`task` {task[:40]!r} selects a task adapter; model {self.name!r} has none")
+        """(task index or None, prompt name) of a request, by Runtime.task_and_prompt's rule (a task's
+        own prompt, a prompt_name that names a task picks it); 422 naming the valid tasks."""
+        try:
+            task, prompt_name = self.runtime.task_and_prompt(task, prompt_name)
+        except InputError:  # its message names the file's path, which a client is not told
+            raise validation(f"`task` {task[:40]!r} selects a task adapter; model {self.name!r} has none") from None
+        if task is None:
             return None, prompt_name
-        if task is None and prompt_name in adapters.tasks:
-            task = prompt_name
-        if task is not None and task not in adapters.tasks:
+        tasks = self.runtime.config.adapters.tasks
+        if task not in tasks:
             raise validation(f"`task` {task[:40]!r} is not a task of model {self.name!r}; valid: "
-                             + ", ".join(repr(t) for t in adapters.tasks))
-        if task is not None and prompt_name is None and task in self.runtime.prompts:
-            prompt_name = task
-        return (None if task is None else adapters.tasks.index(task)), prompt_name
+                             + ", ".join(repr(t) for t in tasks))
+        return tasks.index(task), prompt_name
 
     def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
                pairs: list[str | None] | None = None, task: str | None = None) -> Encoded:

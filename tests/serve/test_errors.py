@@ -52,6 +52,9 @@ def test_limits_are_tei_19s_codes(client):
     assert "truncate" in error(client.post("/embed", json={"inputs": [long]}), 422, "validation")
     assert client.post("/embed", json={"inputs": [long], "truncate": True}).status_code == 200
     assert "'query'" in error(client.post("/embed", json={"inputs": "x", "prompt_name": "nope"}), 422, "validation")
+    # a task on a model without task adapters: the model's name, never its file's path
+    message = error(client.post("/embed", json={"inputs": "x", "task": "retrieval.query"}), 422, "validation")
+    assert "has none" in message and "'embedder'" in message and ".onnx" not in message
     assert "empty" in error(client.post("/embed", json={"inputs": ["a", ""]}), 400, "empty")
 
 
