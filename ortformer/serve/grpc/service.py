@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import time
 from typing import AsyncIterator, Awaitable, Callable
 
 import grpc
 import numpy as np
 
+from ..auth import bearer, matches
 from ..errors import ServeError, validation
 from ..model import Call, ClientGone, TextOptions
 from . import tei_pb2 as pb
@@ -75,7 +75,7 @@ class TeiService:
     def __init__(self, serve):
         self.serve = serve
         key = serve.options.api_key
-        self.expected = None if key is None else f"Bearer {key}".encode()
+        self.expected = None if key is None else bearer(key)
 
     # plumbing ---------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ class TeiService:
         if self.expected is None:
             return True
         given = dict(context.invocation_metadata()).get("authorization", "")
-        return hmac.compare_digest(given.encode(), self.expected)
+        return matches(given.encode("utf-8"), self.expected)
 
     async def _answer(self, context, route: str, work: Callable[[_Rpc], Awaitable]):
         """work(rpc)'s message, counted and traced as an HTTP request to `route`; a ServeError
