@@ -151,3 +151,43 @@ def test_an_engine_running_ortformers_graph_gives_embed_texts_exactly(text_model
     with pytest.warns(Warning, match="truncated"):
         want = runtime.embed_texts(texts, max_length=64)
     np.testing.assert_array_equal(got, want)
+
+
+def test_each_tier_pits_tunes_choice_against_the_fastest_peer_that_passes_its_gate():
+    from benchmarks.peers.cpu_engines import ours_name, tier_rows
+
+    def row(name, rate, gates):
+        return {"contender": name, "sentences_per_s": rate, "passes_gates": gates}
+
+    rows = [row("ortformer_float32", 100.0, ["float32", "bfloat16", "int8"]), row("ortformer_int8", 180.0, ["int8"]),
+            row("ortformer_openvino_bfloat16", 240.0, ["bfloat16", "int8"]),
+            row("ctranslate2_float32", 120.0, ["float32", "bfloat16", "int8"]),
+            row("openvino_default", 200.0, ["bfloat16", "int8"]),
+            row("openvino_int8_static", 400.0, []),  # fast, but below the int8 gate: no tier's peer
+            row("ctranslate2_int8", 230.0, ["int8"])]
+    candidates = [{"engine": "onnxruntime", "precision": "float32", "passes": True, "sentences_per_s": 90.0},
+                  {"engine": "onnxruntime", "precision": "int8", "passes": True, "sentences_per_s": 170.0},
+                  {"engine": "openvino", "precision": "bfloat16", "passes": True, "sentences_per_s": 160.0}]
+    tiers, targets = tier_rows(rows, {"candidates": candidates}, threads=2)
+    by_tier = {t["tier"]: t for t in tiers}
+    assert [t["tier"] for t in tiers] == ["float32", "near-lossless", "int8"] and all(t["threads"] == 2 for t in tiers)
+    # the choice is tune's (its own timing: onnxruntime int8 at 170 beat OpenVINO bf16 at 160 there),
+    # its figure the interleaved run's
+    assert by_tier["int8"]["tuned"] == "ortformer_int8" and by_tier["int8"]["tuned_sentences_per_s"] == 180.0
+    assert by_tier["int8"]["best_peer"] == "ctranslate2_int8"
+    assert by_tier["near-lossless"]["tuned"] == "ortformer_openvino_bfloat16"
+    assert by_tier["near-lossless"]["best_peer"] == "openvino_default"  # bf16 and float32 peers both qualify
+    assert by_tier["float32"] == {**by_tier["float32"], "tuned": "ortformer_float32", "best_peer": "ctranslate2_float32"}
+    assert by_tier["float32"]["tuned_vs_best_peer"] == 100.0 / 120.0
+    assert [(t["measured"], t["met"]) for t in targets] == [(round(100 / 120, 4), False), (1.2, True), (round(180 / 230, 4), False)]
+    assert targets[0]["name"] == "2t float32: ortformer_float32 / ctranslate2_float32"
+    assert ours_name("openvino", "float32") == "ortformer_openvino_float32" and ours_name("onnxruntime", "int8") == "ortformer_int8"
+
+
+def test_a_tier_without_a_qualifying_peer_has_no_target():
+    from benchmarks.peers.cpu_engines import tier_rows
+
+    rows = [{"contender": "ortformer_float32", "sentences_per_s": 50.0, "passes_gates": ["float32", "bfloat16", "int8"]}]
+    tiers, targets = tier_rows(rows, {"candidates": [{"engine": "onnxruntime", "precision": "float32", "passes": True,
+                                                      "sentences_per_s": 50.0}]}, threads=1)
+    assert targets == [] and all(t["best_peer"] is None and "tuned_vs_best_peer" not in t for t in tiers)

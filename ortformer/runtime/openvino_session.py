@@ -86,9 +86,11 @@ class OpenVINOSession:
         with self._lock:
             request = self._idle.pop() if self._idle else self._compiled.create_infer_request()
         try:
-            # share_outputs=False (the default): results are copies, safe after the request is reused
-            results = request.infer(feeds)
-            return [np.asarray(results[name]) for name in names]
+            # share_outputs: the results are views of the request's own tensors, so only the outputs
+            # asked for are copied (not token_embeddings when the sentence vector is wanted); each
+            # copy is made before the request goes back to _idle and is reused
+            results = request.infer(feeds, share_outputs=True)
+            return [np.array(results[name], copy=True) for name in names]
         finally:
             with self._lock:
                 self._idle.append(request)

@@ -190,8 +190,7 @@ def tune(model: str | os.PathLike, texts: Sequence[str] | None = None, quality_f
             candidate.seconds.append(time.perf_counter() - start)
     load_after = _load()
     rows = [_row(c, reference, output, quality_floor, len(texts)) for c in found]
-    eligible = [row for row in rows if row.get("eligible")]
-    choice = max(eligible, key=lambda row: row["sentences_per_s"])
+    choice = fastest_within(rows, quality_floor)
     choice["chosen"] = True
     return {"model": str(model), "threads": threads, "cpu": cpu.identity(threads), "quality": quality_floor,
             "texts": len(texts), "rounds": rounds, "output": output,
@@ -215,17 +214,29 @@ def _row(candidate: Candidate, reference: Candidate, output: str, floor: str, co
         return row
     median = statistics.median(candidate.seconds)
     metrics = quality(candidate.output, reference.output, output)
-    gate = GATES[candidate.precision]
-    allowed = list(TIERS.values())[: list(TIERS).index(floor) + 1]  # the floor's tier and the stricter ones
-    ok = passes(metrics, gate)
+    ok = passes(metrics, GATES[candidate.precision])
     row.update({"file_bytes": candidate.file.stat().st_size,
                 "file_weights": candidate.runtime.metadata.get(contract.META_WEIGHTS, ""), "seconds": [round(s, 4) for s in candidate.seconds],
                 "sentences_per_s": round(count / median, 2),
                 "vs_float32": round(statistics.median(reference.seconds) / median, 3),
                 "min_cosine": metrics["min_cosine"], "median_cosine": metrics["median_cosine"],
-                "max_abs": metrics["max_abs"], "gate": candidate.precision, "passes": ok,
-                "eligible": ok and candidate.precision in allowed, "chosen": False})
+                "max_abs": metrics["max_abs"], "gate": candidate.precision, "passes": ok, "chosen": False})
+    row["eligible"] = within(row, floor)
     return row
+
+
+def within(row: dict, floor: str) -> bool:
+    """Whether a measured candidate row meets ``floor``: it passed its own precision's gate and
+    that precision is the floor's tier or a stricter one (float32 > bfloat16 > int8)."""
+    allowed = list(TIERS.values())[: list(TIERS).index(floor) + 1]
+    return bool(row.get("passes")) and row["precision"] in allowed
+
+
+def fastest_within(rows: list[dict], floor: str) -> dict | None:
+    """The fastest of tune()'s candidate rows that meets ``floor`` (None when none does; the float32
+    reference always meets every floor, so tune() itself always has a choice)."""
+    eligible = [row for row in rows if within(row, floor)]
+    return max(eligible, key=lambda row: row["sentences_per_s"]) if eligible else None
 
 
 def choice_entry(result: dict) -> dict:

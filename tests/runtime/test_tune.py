@@ -235,3 +235,17 @@ def test_serve_loads_the_tuned_choice(model, monkeypatch):
     recorded(model, SPR, monkeypatch)
     runtime = load_runtime(model, ServeOptions(provider="tuned", threads=1))
     assert runtime.tuned["engine"] == "onnxruntime" and runtime.provider == "cpu"
+
+
+def test_fastest_within_a_floor_takes_only_passing_rows_of_that_tier_or_a_stricter_one():
+    from ortformer.runtime.tune import fastest_within, within
+
+    rows = [{"precision": "float32", "passes": True, "sentences_per_s": 10.0},
+            {"precision": "float32", "passes": False, "sentences_per_s": 99.0},  # fails its gate: never chosen
+            {"precision": "bfloat16", "passes": True, "sentences_per_s": 30.0},
+            {"precision": "int8", "passes": True, "sentences_per_s": 40.0}]
+    assert fastest_within(rows, "float32") is rows[0]
+    assert fastest_within(rows, "near-lossless") is rows[2]
+    assert fastest_within(rows, "int8") is rows[3]
+    assert not within(rows[1], "int8") and within(rows[0], "int8") and not within(rows[3], "near-lossless")
+    assert fastest_within(rows[1:2], "int8") is None
