@@ -17,6 +17,8 @@ it), changed in one thing against Runtime's defaults ("runtime"):
     affinity       each intra-op worker pinned to its own core, the calling thread to core 0
     std_export     the standard-ops file: onnxruntime's own fusions at load instead of ortformer's
     no_rewrites    the fused file with onnxruntime's graph rewrites off (what they add to it)
+    skip_ln_fusion onnxruntime's SkipLayerNormFusion back in (int8_kernels.CPU_DISABLED_FUSIONS
+                   leaves it out of every CPU session: this measures that choice on your CPU)
     tokens_N       N padded tokens per thread and batch instead of 256 (runtime/batching.py)
 
 Per thread count: a warm-up pass per variant, then --rounds rounds in which each variant embeds all
@@ -28,6 +30,7 @@ with the load average and the CPU flags, as figures on a shared machine need.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -40,6 +43,7 @@ import onnxruntime as ort
 from ortformer import contract
 from ortformer.core.corpus import sentences
 from ortformer.contract.parity import GATES, compare, passes
+from ortformer.modelfile import int8_kernels
 from ortformer.runtime import Runtime, machine, providers
 from ortformer.runtime.session import CPU_TOKENS_PER_THREAD
 
@@ -73,6 +77,17 @@ def options(threads: int, change: str) -> ort.SessionOptions | None:
     return made
 
 
+@contextlib.contextmanager
+def without_disabled_fusions():
+    """Runtimes made inside get every onnxruntime rewrite, the ones Runtime leaves out on the CPU too."""
+    kept = int8_kernels.CPU_DISABLED_FUSIONS
+    int8_kernels.CPU_DISABLED_FUSIONS = ()
+    try:
+        yield
+    finally:
+        int8_kernels.CPU_DISABLED_FUSIONS = kept
+
+
 def variants(model: str, std: str | None, threads: int, only: list[str] | None = None) -> dict[str, tuple[Runtime, int, bool]]:
     """name -> (Runtime, max_tokens, pin the calling thread); ``only``: these names (and "runtime")."""
     made = {}
@@ -81,6 +96,8 @@ def variants(model: str, std: str | None, threads: int, only: list[str] | None =
                    "no_rewrites"):
         given = None if change == "runtime" else options(threads, change)
         made[change] = (Runtime(model, "cpu", threads=threads, session_options=given), budget, change == "affinity")
+    with without_disabled_fusions():
+        made["skip_ln_fusion"] = (Runtime(model, "cpu", threads=threads), budget, False)
     if std:
         made["std_export"] = (Runtime(std, "cpu", threads=threads), budget, False)
     for tokens in BUDGETS:

@@ -189,18 +189,37 @@ def kernel_here(model) -> str | None:
             "no VNNI, where uint8 x int8 saturates)")
 
 
+# onnxruntime graph rewrites every CPU session opened here leaves out (the Runtime's, the export
+# gate's, check's: they all judge and run one graph). Skip-
+# LayerNormFusion turns each residual Add + LayerNormalization into one SkipLayerNormalization;
+# onnxruntime's CPU kernel for it ran slower than the two ops it replaces. all-MiniLM-L6-v2 on
+# 256 real sentences, each session interleaved with the others over 5 rounds, Intel Xeon (AVX-512,
+# AMX), load average about 1 (benchmarks/cpu_float32_gap.py's skip_ln_fusion variant): without
+# the fusion 1.13x / 1.10x (1 / 2 threads) the sessions with it in float32, 1.27x / 1.11x in int8,
+# 1.12x / 1.09x on the standard-ops export; a bert-base shape 1.08x / 1.05x-1.08x. BiasGeluFusion,
+# the other rewrite that applies to these graphs, measured within 3% either way and stays.
+CPU_DISABLED_FUSIONS = ("SkipLayerNormFusion",)
+
+
 def open_session(path, options, providers: list, *, int8: bool = True, exact: bool | None = None):
     """onnxruntime.InferenceSession for the model file at ``path`` (or a ModelProto), with int8
     weights made unsigned first where this CPU's uint8 x int8 GEMM saturates.
     int8: False when the file is known to hold no int8 weights (skips reading it);
-    exact: override the CPU check (tests; None = signed_int8_exact())."""
+    exact: override the CPU check (tests; None = signed_int8_exact()).
+    A CPU-only session leaves out the rewrites named in CPU_DISABLED_FUSIONS."""
     import onnxruntime as ort
+
+    cpu_only = list(providers) == ["CPUExecutionProvider"]
+    extra = {"disabled_optimizers": list(CPU_DISABLED_FUSIONS)} if cpu_only and CPU_DISABLED_FUSIONS else {}
+
+    def session(model):
+        return ort.InferenceSession(model, options, providers=providers, **extra)
 
     in_memory = not isinstance(path, (str, Path))
     if in_memory:  # a proto says itself whether it has integer MatMuls: no copy of a float model
         int8 = any((n.domain, n.op_type) in _INTEGER_MATMULS for n in path.graph.node)
     if not int8 or (signed_int8_exact() if exact is None else exact):
-        return ort.InferenceSession(path.SerializeToString() if in_memory else str(path), options, providers=providers)
+        return session(path.SerializeToString() if in_memory else str(path))
     import onnx
 
     model = onnx.ModelProto()
@@ -209,5 +228,6 @@ def open_session(path, options, providers: list, *, int8: bool = True, exact: bo
     else:  # read_model_file has checked that its external data stays in its folder
         model = onnx.load(str(path))
     if not unsigned_weights(model) and not in_memory:
-        return ort.InferenceSession(str(path), options, providers=providers)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+        return session(str(path))
+    return session(model.SerializeToString())
+

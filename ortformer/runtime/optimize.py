@@ -19,6 +19,7 @@ import onnxruntime as ort
 from .. import contract
 from ..core.errors import ModelFileError
 from ..core.fsutil import copy_atomic, staged
+from ..modelfile import int8_kernels
 from ..modelfile.int8_kernels import open_session
 from ..modelfile import ModelFile, check_weights, read_model_file, tensors_digest, tokenizer_path
 from ..contract.parity import GATES, compare, fold_worst, grid, make_inputs, passes
@@ -72,7 +73,9 @@ def optimize_offline(path, out, *, force: bool = False) -> dict:
         # EXTENDED, not ALL: ALL adds layout changes tied to this machine's instruction set
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         options.optimized_model_filepath = str(tmp)
-        ort.InferenceSession(str(source.path), options, providers=["CPUExecutionProvider"])
+        # the rewrites a CPU Runtime would do at start, and not the ones it leaves out
+        ort.InferenceSession(str(source.path), options, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=list(int8_kernels.CPU_DISABLED_FUSIONS))
         model = onnx.load(str(tmp))
         if contract.META_WEIGHTS in metadata:  # the rewrites fold and fuse weights: the copy records its own
             metadata[contract.META_WEIGHTS] = tensors_digest(model)

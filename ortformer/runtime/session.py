@@ -181,9 +181,15 @@ class Runtime:
         """A session for `wanted` providers; if CUDA makes creation itself fail (rather than
         being skipped), retry on CPU and return the CUDA error as the reason."""
         try:
-            return open_session(self.path, options, wanted, int8=self._int8), None
+            session = open_session(self.path, options, wanted, int8=self._int8)
         except Exception as exc:  # onnxruntime's exceptions share no base class but Exception
             first = exc
+        else:
+            if wanted != [providers.CPU_EP] and session.get_providers() == [providers.CPU_EP]:
+                # onnxruntime skipped CUDA: open it as the CPU session it is, so that it runs the
+                # CPU graph (int8_kernels.CPU_DISABLED_FUSIONS) and answers as provider="cpu" does
+                session = open_session(self.path, options, [providers.CPU_EP], int8=self._int8)
+            return session, None
         if wanted != [providers.CPU_EP]:
             try:
                 session = open_session(self.path, options, [providers.CPU_EP], int8=self._int8)

@@ -131,6 +131,39 @@ def test_the_bounded_spin_gives_the_unbounded_spins_outputs(model, request):
             assert passes(metrics, GATES["float32"]), (case, name, metrics)
 
 
+@pytest.mark.parametrize("model", ["tokens_model", "text_model"])
+def test_cpu_sessions_leave_skip_layer_norm_unfused_and_keep_the_fused_outputs(model, request, tmp_path, monkeypatch):
+    """int8_kernels.CPU_DISABLED_FUSIONS: a CPU Runtime's graph keeps Add + LayerNormalization where
+    onnxruntime would fuse them into SkipLayerNormalization (its CPU kernel measured slower), and
+    gives the fused graph's outputs within the float32 gate over the parity grid."""
+    from collections import Counter
+
+    import onnx
+
+    from ortformer.modelfile import int8_kernels
+
+    path = request.getfixturevalue(model)
+
+    def opened(name):
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"{name}.onnx")  # the graph the session runs
+        runtime = Runtime(path, "cpu", threads=2, session_options=options)
+        return runtime, Counter(node.op_type for node in onnx.load(str(tmp_path / f"{name}.onnx")).graph.node)
+
+    new, new_ops = opened("new")
+    monkeypatch.setattr(int8_kernels, "CPU_DISABLED_FUSIONS", ())
+    old, old_ops = opened("old")
+    assert old_ops["SkipLayerNormalization"] > 0  # onnxruntime fuses this model when let
+    assert new_ops["SkipLayerNormalization"] == 0 and new_ops["LayerNormalization"] >= old_ops["SkipLayerNormalization"]
+    rng = np.random.default_rng(0)
+    for case in grid(new.config):
+        inputs = make_inputs(new.config, case, rng)
+        got, want = new.run(**inputs), old.run(**inputs)
+        for name in want:
+            metrics = compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
+            assert passes(metrics, GATES["float32"]), (case, name, metrics)
+
+
 @pytest.mark.parametrize(
     "kwargs, error, fragment",
     [
