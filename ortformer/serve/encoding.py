@@ -142,9 +142,9 @@ class TextSide:
                                                  task=encoded.tasks)
         except SequenceError as exc:
             if exc.index in texts:
-                raise ServeError(f"input {exc.index}: the tokenizer gave ids model {self.name!r} does not take "
-                                 f"(a token it adds that the model never learned): {exc.detail}", "tokenizer",
-                                 failure="tokenization") from None
+                # e.g. an added token the model never learned
+                raise ServeError(f"input {exc.index}: the tokenizer gave model {self.name!r} ids it does not take: "
+                                 f"{exc.detail}", "tokenizer", failure="tokenization") from None
             raise bad_request(f"input {exc.index} of model {self.name!r}: {exc.detail}") from None
         except InputError as exc:
             raise validation(f"model {self.name!r} does not take this request: {str(exc)[:300]}") from None
