@@ -239,16 +239,13 @@ def check_hub_options(value, revision, cache_dir, target: str) -> None:
 
 
 class FromOption(click.Option):
-    """--from, whose help lists the model_types of the family records (models/hf/family.py); they
-    are read when the help is shown, since importing the families needs torch and the CLI must not."""
+    """--from, whose help lists the model_types ortformer imports (models/hf/family.py's torch-free
+    MAIN_MODEL_TYPES), read when the help is shown."""
 
     def get_help_record(self, ctx):
-        try:
-            from ..models.hf.family import model_types
+        from ..models.hf.family import model_types
 
-            self.help = f"{FROM_HELP} (config.json model_type: {', '.join(model_types())})."
-        except ImportError:  # no torch: the families cannot be read, and export needs torch anyway
-            self.help = f"{FROM_HELP} (the model_types it imports are listed once torch is installed)."
+        self.help = f"{FROM_HELP} (config.json model_type: {', '.join(model_types())})."
         return super().get_help_record(ctx)
 
 

@@ -49,6 +49,15 @@ class InputError(OrtformerError, ValueError):
     """A runtime input has the wrong name, dtype, rank, shape or values."""
 
 
+class SequenceError(InputError):
+    """An InputError in one sequence of a batch: ``index`` is its place in the batch and
+    ``detail`` what is wrong within it; the message is "sequence {index}: {detail}"."""
+
+    def __init__(self, index: int, detail: str):
+        super().__init__(f"sequence {index}: {detail}")
+        self.index, self.detail = index, detail
+
+
 class ListenError(OrtformerError):
     """`ortformer serve` cannot listen where it was asked: the port is taken, the address is
     not this machine's, or binding it is not permitted."""

@@ -14,7 +14,9 @@ drag 31 short ones into their padding.
 The one batch entry into the Runtime: ``prepare`` validates sequences once and gives a
 ``PreparedBatch``; ``Runtime.embed_prepared`` sorts and cuts it as above, ``Runtime.run_prepared``
 runs it as one model call in the order given (a caller that cut its own batches, like serve's
-queue). Neither validates nor re-sorts what it was handed.
+queue). Neither validates nor re-sorts what it was handed. ``PreparedBatch.concat`` joins batches
+prepared apart (serve prepares each request as it arrives, its queue joins a round's requests)
+and ``take`` picks rows of one, both without a second check.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import contract
-from ..core.errors import InputError
+from ..core.errors import InputError, SequenceError
 from .validate import InputSpec, as_array, check_inputs, task_ids
 
 
@@ -73,12 +75,13 @@ def pad(sequences: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 # "input_ids[0, 5]" of a sequence checked as a batch of one is its token 5: "input_ids[5]"
 BATCH_OF_ONE = re.compile(rf"\b({contract.INPUT_IDS}|{contract.INPUTS_EMBEDS}|{contract.TOKEN_TYPE_IDS})\[0, ")
 
-_PREPARED = object()  # only prepare() holds it: a PreparedBatch is proof that its sequences were validated
+_PREPARED = object()  # only prepare() and concat() hold it: a PreparedBatch is proof that its sequences were validated
 
 
 class PreparedBatch:
     """Sequences validated once for one model, ready to pad and run; made only by ``prepare``
-    (``Runtime.prepare``), so holding one proves every sequence passed the model's input checks.
+    (``Runtime.prepare``) and by ``concat`` and ``take`` of batches it made, so holding one proves
+    every sequence passed the model's input checks.
 
     ids[i]: (len_i,) int64 token ids, or (len_i, F) floats (the model's inputs_embeds dtype) for
     vocab_size = 0; types[i]: (len_i,) int64 type ids, or types = None (zeros); attention[i]:
@@ -104,6 +107,35 @@ class PreparedBatch:
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.ids], dtype=np.int64)
 
+    @classmethod
+    def concat(cls, parts: Sequence["PreparedBatch"]) -> "PreparedBatch":
+        """One batch of the parts' sequences, part 0's first, each part's in its order: every part
+        passed ``prepare``'s checks, so nothing is checked again (a queue joins the requests it
+        prepared one by one). Parts must be prepared for one model's inputs and the same outputs,
+        else InputError. Where some parts have type ids or masks and others not, the others get
+        ``prepare``'s defaults: type ids 0, mask 1 for each of their tokens."""
+        parts = list(parts)
+        if not parts:
+            raise InputError("concat needs at least one PreparedBatch; got none")
+        for i, part in enumerate(parts):
+            if not isinstance(part, PreparedBatch):
+                raise InputError(f"concat joins PreparedBatches from Runtime.prepare(...); part {i} is a "
+                                 f"{type(part).__name__}")
+        first = parts[0]
+        for i, part in enumerate(parts[1:], 1):
+            if part.spec is not first.spec and part.spec != first.spec:
+                raise InputError(f"part {i} was prepared for another model's inputs than part 0; concat joins "
+                                 "parts prepared for one model")
+            if part.outputs != first.outputs:
+                raise InputError(f"part {i} computes outputs {list(part.outputs)}, part 0 {list(first.outputs)}; "
+                                 "concat joins parts prepared for the same outputs")
+        if len(parts) == 1:
+            return first
+        # one spec: every part has task ids (a model with task adapters) or none has
+        tasks = None if first.tasks is None else _frozen(np.concatenate([part.tasks for part in parts]))
+        return cls(tuple(s for part in parts for s in part.ids), _joined(parts, "types", 0),
+                   _joined(parts, "attention", 1), first.outputs, first.spec, _PREPARED, tasks)
+
     def take(self, indices) -> "PreparedBatch":
         """The sequences at `indices`, in that order: a part of a validated batch is validated."""
         indices = [int(i) for i in indices]
@@ -124,6 +156,19 @@ class PreparedBatch:
         if self.tasks is not None:
             feeds[contract.TASK_ID] = self.tasks
         return feeds
+
+
+def _joined(parts: list[PreparedBatch], field: str, default: int) -> tuple | None:
+    """The parts' `field` ("types" or "attention") per sequence, `default` for every token of a
+    part that has none; None when no part has any."""
+    if all(getattr(part, field) is None for part in parts):
+        return None
+    joined = []
+    for part in parts:
+        given = getattr(part, field)
+        joined.extend(given if given is not None else
+                      (_frozen(np.full(len(s), default, np.int64)) for s in part.ids))
+    return tuple(joined)
 
 
 def prepare(spec: InputSpec, outputs: Sequence[str], sequences: Any, token_types: Any = None,
@@ -171,7 +216,7 @@ def _checked_sequence(spec: InputSpec, index: int, sequence: Any, types: Any = N
     try:
         feeds = check_inputs(spec, given)
     except InputError as exc:  # checked as a batch of one: name places within the sequence, not that batch
-        raise InputError(f"sequence {index}: " + BATCH_OF_ONE.sub(r"\1[", str(exc))) from None
+        raise SequenceError(index, BATCH_OF_ONE.sub(r"\1[", str(exc))) from None
     return (_frozen(feeds[spec.main][0]), _frozen(feeds[contract.TOKEN_TYPE_IDS][0]) if types is not None else None,
             _frozen(feeds[contract.ATTENTION_MASK][0]) if attention is not None else None)
 

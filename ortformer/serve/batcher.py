@@ -1,15 +1,17 @@
 """Dynamic batching: one queue and one worker per model.
 
-A request's inputs arrive as one job of validated token-id sequences. The worker takes a
+A request's inputs arrive as one job: a PreparedBatch (its sequences validated once, when the
+request was tokenized, for one output). The worker takes a
 *round* of jobs: the first one waiting, then whatever else is queued, waiting at most
 max_wait for more while the round holds fewer than ROUND_BATCHES x max_batch_tokens tokens.
 It waits only after a round of several jobs: a lone client has no one to wait for, and
 would pay max_wait on every request.
-The round's sequences (one output at a time) are sorted by length and cut by
-``runtime.batching.length_batches`` into model calls of at most max_batch_tokens padded
-tokens (batch x its longest); each call is ``Runtime.run_prepared`` on a worker thread, off the
-event loop. A job is answered as soon as its last sequence is done, so the short requests
-of a round (run first) do not wait for its long ones; results go back in the job's order.
+The round's jobs of one output are joined (``PreparedBatch.concat``: no second check), their
+sequences sorted by length and cut by ``runtime.batching.length_batches`` into model calls of at
+most max_batch_tokens padded tokens (batch x its longest); each call is ``Runtime.run_prepared``
+of its rows (``PreparedBatch.take``) on a worker thread, off the event loop. A job is answered
+as soon as its last sequence is done, so the short requests of a round (run first) do not wait
+for its long ones; results go back in the job's order.
 
 No request starves: the queue is first come, first served, and only a round's own jobs are
 sorted by length, so a long request behind a stream of short ones waits for the jobs queued
@@ -31,12 +33,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..runtime.batching import length_batches
+from ..runtime.batching import PreparedBatch, length_batches
 from .errors import backend, overloaded, unhealthy
 from .metrics import Metrics
-from .encoding import Encoded
 
 # a round holds up to this many model calls' worth of tokens: enough to sort a burst of
 # concurrent requests by length, few enough that a request arriving after it starts waits little
@@ -46,8 +45,7 @@ _STOP = object()
 
 @dataclass(eq=False)
 class Job:
-    output: str
-    encoded: Encoded
+    batch: PreparedBatch  # one output
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
     queued_round: int = 0  # Batcher.rounds when it was queued
@@ -57,10 +55,12 @@ class Job:
     inference_s: float = 0.0
     results: list = field(default_factory=list)
     remaining: int = 0
+    tokens: int = 0
 
     def __post_init__(self):
-        self.results = [None] * len(self.encoded.ids)
+        self.results = [None] * len(self.batch)
         self.remaining = len(self.results)
+        self.tokens = int(self.batch.lengths.sum())
 
 
 @dataclass
@@ -124,12 +124,14 @@ class Batcher:
         finally:
             self._pending -= 1
 
-    async def submit(self, output: str, encoded: Encoded) -> Done:
-        """Queue a request's sequences (admitted by ``admit``); its outputs once every one has
-        run. 503 when the worker is down."""
+    async def submit(self, batch: PreparedBatch) -> Done:
+        """Queue a request's sequences, prepared for one output (admitted by ``admit``); that
+        output of each, once every one has run. 503 when the worker is down."""
+        if len(batch.outputs) != 1:
+            raise ValueError(f"a queued batch computes one output, not {list(batch.outputs)}")
         if not self.healthy:
             raise unhealthy(self.model.name)
-        job = Job(output, encoded, asyncio.get_running_loop().create_future(), queued_round=self.rounds)
+        job = Job(batch, asyncio.get_running_loop().create_future(), queued_round=self.rounds)
         try:
             self._queue.put_nowait(job)
             self.metrics.queue_size(self.model.name, self._queue.qsize())
@@ -160,7 +162,7 @@ class Batcher:
         first = await self._queue.get()
         if first is _STOP:
             return [], True
-        jobs, tokens = [first], first.encoded.tokens
+        jobs, tokens = [first], first.tokens
         deadline = loop.time() + (self.max_wait_s if self._last_round > 1 else 0.0)
         while tokens < ROUND_BATCHES * self.max_batch_tokens:
             try:
@@ -176,7 +178,7 @@ class Batcher:
             if job is _STOP:
                 return jobs, True
             jobs.append(job)
-            tokens += job.encoded.tokens
+            tokens += job.tokens
         self._last_round = len(jobs)
         self.rounds += 1
         self.metrics.queue_size(self.model.name, self._queue.qsize())
@@ -186,35 +188,24 @@ class Batcher:
         live = [job for job in jobs if not job.future.done()]  # a cancelled job's client has left
         for job in live:
             job.started_at = time.perf_counter()
-        # one output per model call; late-interaction jobs carry their own attention, so apart
-        for output, late in dict.fromkeys((job.output, job.encoded.attention is not None) for job in live):
-            await self._run_output(output, [job for job in live if job.output == output
-                                            and (job.encoded.attention is not None) == late])
+        # one output per model call (concat joins parts of one output); pairs, late-interaction
+        # masks and task ids travel per row, so such requests share calls with the others
+        for outputs in dict.fromkeys(job.batch.outputs for job in live):
+            await self._run_output([job for job in live if job.batch.outputs == outputs])
 
-    async def _run_output(self, output: str, jobs: list[Job]) -> None:
+    async def _run_output(self, jobs: list[Job]) -> None:
         loop = asyncio.get_running_loop()
         owners = [(job, i) for job in jobs for i in range(len(job.results))]
-        sequences = [job.encoded.ids[i] for job, i in owners]
-        paired = any(t is not None for job in jobs for t in job.encoded.types)
-        types = [job.encoded.types[i] if job.encoded.types[i] is not None else np.zeros_like(s)
-                 for (job, i), s in zip(owners, sequences)] if paired else None
-        late = jobs[0].encoded.attention is not None  # _run_round groups late jobs apart
-        attention = [job.encoded.attention[i] for job, i in owners] if late else None
-        # task adapters: each row its own task, so requests of different tasks share a batch
-        default = self.model.runtime.config.adapters.default if self.model.runtime.config.adapters else None
-        tasks = [job.encoded.tasks[i] if job.encoded.tasks else default for job, i in owners] if default else None
-        lengths = np.array([len(s) for s in sequences])
-        for batch in length_batches(lengths, len(sequences), self.max_batch_tokens):
+        joined = PreparedBatch.concat([job.batch for job in jobs])  # rows in owners' order
+        lengths = joined.lengths
+        for batch in length_batches(lengths, len(owners), self.max_batch_tokens):
             batch = [int(i) for i in batch if not owners[i][0].future.done()]  # skip the clients that left
             if not batch:
                 continue
             self.metrics.batch(self.model.name, len(batch), int(lengths[batch].sum()))
             start = time.perf_counter()
             try:
-                out = await loop.run_in_executor(self._executor, self._call, output, [sequences[i] for i in batch],
-                                                  None if types is None else [types[i] for i in batch],
-                                                  None if attention is None else [attention[i] for i in batch],
-                                                  None if tasks is None else [tasks[i] for i in batch])
+                out = await loop.run_in_executor(self._executor, self._call, joined.take(batch))
             except Exception as exc:  # onnxruntime's errors share no base class
                 error = backend(f"model {self.model.name!r} failed: {exc}")
                 for job in {owners[i][0] for i in batch}:
@@ -235,9 +226,7 @@ class Batcher:
                     job.answered_at = time.perf_counter()
                     job.future.set_result(job.results)
 
-    def _call(self, output: str, sequences: list, types: list | None, attention: list | None, tasks: list | None = None):
-        """One model call: sequences that length_batches cut to fit max_batch_tokens (late-interaction
-        sequences with their own attention, runtime/late.py's prepare), validated once and run as cut."""
-        runtime = self.model.runtime
-        batch = runtime.prepare(sequences, [output], token_types=types, attention=attention, task=tasks)
-        return runtime.run_prepared(batch)[output]
+    def _call(self, part: PreparedBatch):
+        """One model call: rows of a round that length_batches cut to fit max_batch_tokens, each
+        validated when its request arrived, run as cut; its one output, a row per sequence."""
+        return self.model.runtime.run_prepared(part)[part.outputs[0]]

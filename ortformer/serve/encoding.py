@@ -1,5 +1,7 @@
-"""A served model's text side: requests' inputs turned into validated token-id sequences
-(the queue then batches them into Runtime.embed calls), /tokenize's tokens and /decode's texts.
+"""A served model's text side: requests' inputs turned into token-id sequences and prepared
+(``Runtime.prepare``: validated once, as the request arrives, so one client's bad input is its own
+422; the queue then joins prepared requests into model calls without checking them again),
+/tokenize's tokens and /decode's texts.
 
 Every method here may take long (a 2 MB text) and holds the tokenizer's lock: the served
 model's operations call them on a worker thread, never on the event loop.
@@ -11,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import contract
-from ..core.errors import InputError
-from ..runtime import Runtime
+from ..core.errors import InputError, SequenceError
+from ..runtime import PreparedBatch, Runtime
 from .errors import ServeError, bad_request, cannot_serve, empty, validation
 
 # the most tokens one /tokenize request returns: about 1 MB of English text, and ~16 MB of JSON
@@ -22,7 +24,8 @@ TOKENIZE_MAX_TOKENS = 262_144
 @dataclass
 class Encoded:
     """A request's inputs as the model takes them: token ids (len_i,) int64 and, for text
-    pairs, their token types (None: zeros)."""
+    pairs, their token types (None: zeros); ``batch``, once prepared, the same sequences
+    validated for the request's output (what the queue runs)."""
     ids: list[np.ndarray]
     types: list[np.ndarray | None]
     # late interaction (runtime/late.py's prepare): each text's own attention (query expansion
@@ -31,6 +34,7 @@ class Encoded:
     keep: list[np.ndarray] | None = None
     # a model with task adapters: the task index of every input (None: the default task)
     tasks: list[int] | None = None
+    batch: PreparedBatch | None = None
 
     @property
     def tokens(self) -> int:
@@ -83,11 +87,13 @@ class TextSide:
                              + ", ".join(repr(t) for t in tasks))
         return tasks.index(task), prompt_name
 
-    def encode(self, inputs: list, *, truncate: bool, direction: str | None = None, prompt_name: str | None = None,
-               pairs: list[str | None] | None = None, task: str | None = None) -> Encoded:
+    def encode(self, inputs: list, output: str, *, truncate: bool, direction: str | None = None,
+               prompt_name: str | None = None, pairs: list[str | None] | None = None, task: str | None = None) -> Encoded:
         """Texts (with their pairs, if any) and token-id lists as sequences of at most
-        max_input_length tokens: longer ones are cut at `direction`'s end ("left" / "right";
-        None: the tokenizer's own side) when `truncate`, else refused (422, TEI's validation)."""
+        max_input_length tokens, prepared for `output`: longer ones are cut at `direction`'s end
+        ("left" / "right"; None: the tokenizer's own side) when `truncate`, else refused (422, TEI's
+        validation); ids the model does not take are a 422 naming the input (``prepared``)."""
+        given_texts = {i for i, x in enumerate(inputs) if isinstance(x, str)}
         if self.runtime.rerank_template is not None:  # an LLM reranker: each (query, document) is one prompt
             inputs, pairs = self._rerank_prompts(inputs, pairs), None
         task_index, prompt_name = self.task(task, prompt_name)
@@ -116,14 +122,33 @@ class TextSide:
                 for i, row, row_type in zip(group, rows, row_types):
                     ids[i] = np.asarray(row, np.int64)
                     types[i] = np.asarray(row_type, np.int64) if second is not None and with_types else None
-                    if ids[i].max() >= self.runtime.config.vocab_size:  # an added token the model never learned
-                        raise ServeError(f"input {i} holds a token (id {int(ids[i].max())}) past the model's "
-                                         f"vocabulary of {self.runtime.config.vocab_size}", "tokenizer",
-                                         failure="tokenization")
         for i, x in enumerate(inputs):
             if not isinstance(x, str):
-                ids[i] = self._checked_ids(i, x, truncate, direction)
-        return Encoded(ids, types, tasks=None if task_index is None else [task_index] * len(inputs))
+                ids[i] = self._cut_ids(i, x, truncate, direction)
+        encoded = Encoded(ids, types, tasks=None if task_index is None else [task_index] * len(inputs))
+        return self.prepared(encoded, output, given_texts)
+
+    def prepared(self, encoded: Encoded, output: str, texts: set[int] = frozenset()) -> Encoded:
+        """`encoded` with its ``batch``: its sequences validated once for `output`
+        (``Runtime.prepare``). An input the model does not take is this request's own 422:
+        "validation" for the token ids a client sent, "tokenizer" for the ids of a text (an index in
+        `texts`): the tokenizer gave a token the model never learned."""
+        types = encoded.types
+        # a request mixing pairs and single texts: the singles' type ids are prepare's default, zeros
+        types = None if all(t is None for t in types) else [np.zeros_like(s) if t is None else t
+                                                             for s, t in zip(encoded.ids, types)]
+        try:
+            encoded.batch = self.runtime.prepare(encoded.ids, output, token_types=types, attention=encoded.attention,
+                                                 task=encoded.tasks)
+        except SequenceError as exc:
+            if exc.index in texts:
+                # e.g. an added token the model never learned
+                raise ServeError(f"input {exc.index}: the tokenizer gave model {self.name!r} ids it does not take: "
+                                 f"{exc.detail}", "tokenizer", failure="tokenization") from None
+            raise bad_request(f"input {exc.index} of model {self.name!r}: {exc.detail}") from None
+        except InputError as exc:
+            raise validation(f"model {self.name!r} does not take this request: {str(exc)[:300]}") from None
+        return encoded
 
     def _rerank_prompts(self, inputs: list, pairs: list | None) -> list:
         """Each text input and its pair as the LLM reranker's templated prompt ids (token-id inputs
@@ -138,10 +163,11 @@ class TextSide:
         except InputError as exc:
             raise validation(str(exc)[:200]) from None
 
-    def encode_late(self, inputs: list, kind: str) -> Encoded:
-        """Texts as a late-interaction model reads them (runtime/late.py's prepare): the query or
-        document marker, a query expanded to the query length, a document cut to its length, the
-        vectors a text keeps. Lengths are the model's own, so `truncate` does not apply."""
+    def encode_late(self, inputs: list, kind: str, output: str) -> Encoded:
+        """Texts as a late-interaction model reads them (runtime/late.py's prepare), prepared for
+        `output`: the query or document marker, a query expanded to the query length, a document
+        cut to its length, the vectors a text keeps. Lengths are the model's own, so `truncate`
+        does not apply."""
         from ..contract.late import LateInteraction
         from ..runtime.late import prepare
 
@@ -154,18 +180,15 @@ class TextSide:
                                            self.max_input_length, self.runtime.config.max_sequence)
         except InputError as exc:
             raise _tokenizer_failed(exc) from None
-        return Encoded(ids, [None] * len(ids), attention, keep)
+        return self.prepared(Encoded(ids, [None] * len(ids), attention, keep), output, set(range(len(ids))))
 
     def _too_long(self, index: int):
         raise validation(f"input {index} is longer than the model's max_input_length={self.max_input_length} tokens; "
                          "send \"truncate\": true, or start the server with --auto-truncate")
 
-    def _checked_ids(self, index: int, ids: np.ndarray, truncate: bool, direction: str | None) -> np.ndarray:
-        """Token ids (int64, as requests.py parsed them) as given, no special tokens added:
-        in [0, vocab_size), cut like a text."""
-        vocab = self.runtime.config.vocab_size
-        if ids.min() < 0 or ids.max() >= vocab:
-            raise bad_request(f"input {index}: token ids must be in [0, {vocab}) for model {self.name!r}")
+    def _cut_ids(self, index: int, ids: np.ndarray, truncate: bool, direction: str | None) -> np.ndarray:
+        """Token ids (int64, as requests.py parsed them) as given, no special tokens added, cut
+        like a text (``prepared`` then checks them against the model)."""
         if len(ids) > self.max_input_length:
             if not truncate:
                 self._too_long(index)

@@ -4,9 +4,10 @@ caller): embed, embed_sparse, embed_all, predict, rerank, similarity, tokenize, 
 Each operation takes already-parsed arguments (texts or token-id arrays, TextOptions, flags),
 applies the model's rules once (what output a kind of model gives, no normalize on SPLADE,
 `dimensions`, prompts, truncation, --max-client-batch-size), is admitted against
---max-concurrent-requests before any tokenization, tokenizes on a worker thread (never the
-event loop: the tokenizer's lock may be held for seconds by a 2 MB text), queues its
-sequences with the model's Batcher, and returns numpy arrays or plain values; a problem is a
+--max-concurrent-requests before any tokenization, tokenizes and prepares its sequences on a
+worker thread (never the event loop: the tokenizer's lock may be held for seconds by a 2 MB
+text; ``Runtime.prepare`` validates each sequence there, once), queues the prepared batch with
+the model's Batcher, and returns numpy arrays or plain values; a problem is a
 ServeError with TEI's type. Transports parse, call, and format. The model's Batcher, metrics
 and limits are attached by the app that serves it (``attach``).
 """
@@ -165,23 +166,24 @@ class ServedModel(TextSide):
         finally:
             call.tokenization_s += time.perf_counter() - start
 
-    async def _encode(self, call: Call, inputs: list, options: TextOptions, pairs: list | None = None,
+    async def _encode(self, call: Call, output: str, inputs: list, options: TextOptions, pairs: list | None = None,
                       late_kind: str | None = None) -> Encoded:
-        """The inputs as validated token ids; with late_kind ("query" / "document"), as a
-        late-interaction model reads them (encode_late)."""
+        """The inputs as token ids prepared for `output` (validated once, here: a bad input is this
+        request's 422, never a failure of the model call it would share); with late_kind ("query" /
+        "document"), as a late-interaction model reads them (encode_late)."""
         truncate = self.auto_truncate if options.truncate is None else options.truncate
-        work = (lambda: self.encode_late(inputs, late_kind)) if late_kind is not None else (
-            lambda: self.encode(inputs, truncate=truncate, direction=options.direction, task=options.task,
+        work = (lambda: self.encode_late(inputs, late_kind, output)) if late_kind is not None else (
+            lambda: self.encode(inputs, output, truncate=truncate, direction=options.direction, task=options.task,
                                 prompt_name=options.prompt_name, pairs=pairs))
         encoded = await self._off_loop(call, work, inputs, pairs)
         call.tokens += encoded.tokens
         self.metrics.input_lengths(self.name, (len(s) for s in encoded.ids))
         return encoded
 
-    async def _run(self, call: Call, output: str, encoded: Encoded) -> list:
-        """The outputs, one per input; ClientGone (the job dropped from the queue) when the
-        caller leaves first."""
-        job = asyncio.ensure_future(self.batcher.submit(output, encoded))
+    async def _run(self, call: Call, encoded: Encoded) -> list:
+        """The outputs of the prepared batch, one per input; ClientGone (the job dropped from the
+        queue) when the caller leaves first."""
+        job = asyncio.ensure_future(self.batcher.submit(encoded.batch))
         if call.gone is not None:
             watcher = asyncio.ensure_future(call.gone())
             try:
@@ -199,8 +201,8 @@ class ServedModel(TextSide):
                        late_kind: str | None = None, counter: str = "te_embed") -> tuple[Encoded, list]:
         """Admitted (429 past --max-concurrent-requests), tokenized, run: (encoded, outputs)."""
         with self.batcher.admit():
-            encoded = await self._encode(call, inputs, options, pairs, late_kind)
-            outputs = await self._run(call, output, encoded)
+            encoded = await self._encode(call, output, inputs, options, pairs, late_kind)
+            outputs = await self._run(call, encoded)
         self.metrics.count(f"{counter}_count", self.name, len(inputs))
         self.metrics.count(f"{counter}_success", self.name, len(inputs))
         self.metrics.duration(f"{counter}_duration", self.name, call.queue_s + call.inference_s)

@@ -3,6 +3,8 @@ torch gate sits where torch is needed (the family modules, the torch names of or
 import subprocess
 import sys
 
+import pytest
+
 from support.torch_free import REPO
 
 from ortformer.models.hf.family import FAMILY_MODULES
@@ -40,7 +42,7 @@ def test_torch_parts_fail_with_the_missing_extra_error():
         "from ortformer.core.errors import MissingExtraError\n"
         "from ortformer.models.hf import family\n"
         "import ortformer.models as models\n"
-        "for use in (lambda: models.build_encoder, lambda: models.load_any, family.families, family.model_types):\n"
+        "for use in (lambda: models.build_encoder, lambda: models.load_any, family.families, family.by_model_type):\n"
         "    try:\n"
         "        use()\n"
         "    except MissingExtraError as e:\n"
@@ -50,3 +52,33 @@ def test_torch_parts_fail_with_the_missing_extra_error():
         "print('ok')\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_model_types_are_listed_without_torch():
+    """model_types(), which the export --from help and loading's errors list, where torch cannot be
+    imported: the same list, in the same order, as the family modules' records give with torch."""
+    from ortformer.models.hf import family
+
+    with_torch = tuple(family.by_model_type())  # the records of the imported family modules
+    done = run_without_torch(
+        "import ortformer.models as models\n"
+        "from ortformer.models.hf.family import model_types\n"
+        "assert models.model_types is model_types\n"
+        "print(','.join(models.model_types()))\n"
+        "from click.testing import CliRunner\n"
+        "from ortformer.cli import cli\n"
+        "help_text = CliRunner().invoke(cli, ['export', '--help'], terminal_width=10_000).output\n"
+        "assert 'model_type: ' + ', '.join(model_types()) + ').' in help_text, help_text\n"
+        "assert 'torch' not in sys.modules and not any(m.startswith('ortformer.models.hf.families') for m in sys.modules)\n")
+    assert done.returncode == 0, done.stderr
+    assert tuple(done.stdout.strip().split(",")) == with_torch == family.model_types()
+    assert len(with_torch) > 30 and "bert" in with_torch
+
+
+def test_a_module_whose_record_differs_from_main_model_types_is_refused(monkeypatch):
+    """The torch-free list cannot drift from the modules: families() holds each FAMILY to it."""
+    from ortformer.models.hf import family
+
+    monkeypatch.setitem(family.MAIN_MODEL_TYPES, "t5", ("t5",))  # the module imports ("t5", "mt5")
+    with pytest.raises(RuntimeError, match=r"family module 't5' imports model_types \['t5', 'mt5'\]"):
+        family.families.__wrapped__()

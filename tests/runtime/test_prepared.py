@@ -110,3 +110,85 @@ def test_a_second_runtime_of_the_same_file_takes_the_batch(tokens_model, tokens_
     other = Runtime(tokens_model, "cpu")
     np.testing.assert_array_equal(other.run_prepared(batch)["sentence_embedding"],
                                   tokens_rt.run_prepared(batch)["sentence_embedding"])
+
+
+def _same_batch(got, want):
+    """Two PreparedBatches hold the same rows: ids, type ids, masks, task ids, outputs, in order."""
+    assert got.outputs == want.outputs and len(got) == len(want)
+    for field in ("ids", "types", "attention"):
+        mine, theirs = getattr(got, field), getattr(want, field)
+        assert (mine is None) == (theirs is None), field
+        for a, b in zip(mine or (), theirs or ()):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype and not a.flags.writeable
+    assert (got.tasks is None) == (want.tasks is None)
+    if got.tasks is not None:
+        np.testing.assert_array_equal(got.tasks, want.tasks)
+    np.testing.assert_array_equal(got.lengths, want.lengths)
+
+
+def test_concat_of_prepared_parts_equals_prepare_of_the_whole(tokens_rt, rng, checks):
+    parts = [([rng.integers(0, 100, size=n) for n in lengths], [rng.integers(0, 2, size=n) for n in lengths],
+              [np.r_[1, rng.integers(0, 2, size=n - 1)] for n in lengths])
+             for lengths in ((5, 1), (9,), (3, 7, 2))]
+    prepared = [tokens_rt.prepare(ids, "last_hidden_state", token_types=types, attention=mask)
+                for ids, types, mask in parts]
+    assert len(checks) == 6
+    joined = PreparedBatch.concat(prepared)
+    assert len(checks) == 6  # joining checks nothing again
+    whole = tokens_rt.prepare([s for p in parts for s in p[0]], "last_hidden_state",
+                              token_types=[t for p in parts for t in p[1]], attention=[m for p in parts for m in p[2]])
+    _same_batch(joined, whole)
+    fed, want = joined.feeds(), whole.feeds()
+    assert set(fed) == set(want) == {"input_ids", "attention_mask", "token_type_ids"}
+    for name in fed:
+        np.testing.assert_array_equal(fed[name], want[name])
+
+
+def test_concat_gives_parts_without_types_or_masks_the_defaults(tokens_rt, rng):
+    plain = [rng.integers(0, 100, size=n) for n in (4, 2)]
+    paired, types = [rng.integers(0, 100, size=3)], [np.array([0, 1, 1])]
+    joined = PreparedBatch.concat([tokens_rt.prepare(plain), tokens_rt.prepare(paired, token_types=types),
+                                   tokens_rt.prepare(plain[:1], attention=[np.array([1, 1, 0, 0])])])
+    whole = tokens_rt.prepare(plain + paired + plain[:1], token_types=[np.zeros(4, int), np.zeros(2, int), types[0],
+                                                                       np.zeros(4, int)],
+                              attention=[np.ones(4, int), np.ones(2, int), np.ones(3, int), np.array([1, 1, 0, 0])])
+    _same_batch(joined, whole)
+    # each part's own batch: a part without type ids or masks is still one without
+    assert tokens_rt.prepare(plain).types is None and PreparedBatch.concat([tokens_rt.prepare(plain)]).attention is None
+
+
+def test_concat_joins_task_ids_in_order():
+    from ortformer import contract
+    from ortformer.config import Adapters, preset
+    from ortformer.runtime.validate import InputSpec
+
+    cfg = preset("tiny", adapters=Adapters(tasks=("query", "passage", "match"), rank=2, default="passage"))
+    spec = InputSpec(cfg, (contract.INPUT_IDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS, contract.TASK_ID))
+    parts = [([[1, 2], [3]], "query"), ([[4, 5, 6]], None), ([[7], [8, 9]], [2, "query"])]
+    joined = PreparedBatch.concat([batching.prepare(spec, ["last_hidden_state"], ids, task=task) for ids, task in parts])
+    whole = batching.prepare(spec, ["last_hidden_state"], [s for ids, _ in parts for s in ids],
+                             task=["query", "query", "passage", "match", "query"])
+    _same_batch(joined, whole)
+    assert joined.tasks.tolist() == [0, 0, 1, 2, 0]
+
+
+def test_concat_refuses_what_cannot_be_mixed(tokens_rt, nopool_rt):
+    ids = [[1, 2, 3]]
+    with pytest.raises(InputError, match="part 1 computes outputs"):
+        PreparedBatch.concat([tokens_rt.prepare(ids, "sentence_embedding"), tokens_rt.prepare(ids, "last_hidden_state")])
+    with pytest.raises(InputError, match="part 1 was prepared for another model"):
+        PreparedBatch.concat([tokens_rt.prepare(ids, "last_hidden_state"), nopool_rt.prepare(ids, "last_hidden_state")])
+    with pytest.raises(InputError, match="at least one"):
+        PreparedBatch.concat([])
+
+
+def test_concat_and_take_cannot_forge_a_batch(tokens_rt):
+    """Only prepare (and concat / take of what it made) gives a PreparedBatch: concat refuses
+    anything else, so an unchecked sequence cannot join a checked one."""
+    with pytest.raises(InputError, match="part 1 is a list"):
+        PreparedBatch.concat([tokens_rt.prepare([[1, 2]]), [[1, 10**6]]])
+    with pytest.raises(TypeError, match="Runtime.prepare"):
+        PreparedBatch((np.array([10**6]),), None, None, ("sentence_embedding",), tokens_rt._spec, object())
+    joined = PreparedBatch.concat([tokens_rt.prepare([[1, 2]]), tokens_rt.prepare([[3]])])
+    assert isinstance(joined.take([1]), PreparedBatch) and joined.take([1]).ids[0].tolist() == [3]

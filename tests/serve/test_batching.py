@@ -153,11 +153,11 @@ def test_a_long_request_under_a_stream_of_short_ones_waits_a_bounded_number_of_r
     from ortformer import contract
     from ortformer.serve.batcher import ROUND_BATCHES, Batcher
     from ortformer.serve.metrics import Metrics
-    from ortformer.serve.model import Encoded, ServedModel
+    from ortformer.serve.model import ServedModel
 
     served = ServedModel("m", runtimes["embedder"])
     budget, clients, total = 32, 96, 1600
-    short = Encoded([np.array([101, 2023, 2003, 102], np.int64)], [None])
+    short = served.runtime.prepare([np.array([101, 2023, 2003, 102], np.int64)], contract.SENTENCE_EMBEDDING)
     long_ids = np.array([101, *range(2000, 2000 + served.max_input_length - 2), 102], np.int64)
 
     async def main():
@@ -169,14 +169,14 @@ def test_a_long_request_under_a_stream_of_short_ones_waits_a_bounded_number_of_r
         async def client():
             while state["sent"] < total:
                 state["sent"] += 1
-                await batcher.submit(contract.SENTENCE_EMBEDDING, short)
+                await batcher.submit(short)
                 state["answered"] += 1
 
         stream = [asyncio.ensure_future(client()) for _ in range(clients)]
         while state["answered"] < 200:  # the stream is flowing and the queue backlogged
             await asyncio.sleep(0.001)
-        ahead = batcher._queue.qsize() * short.tokens  # tokens queued before the long request
-        done = await batcher.submit(contract.SENTENCE_EMBEDDING, Encoded([long_ids], [None]))
+        ahead = batcher._queue.qsize() * int(short.lengths.sum())  # tokens queued before the long request
+        done = await batcher.submit(served.runtime.prepare([long_ids], contract.SENTENCE_EMBEDDING))
         answered_then = state["answered"]
         await asyncio.gather(*stream)
         await batcher.stop()

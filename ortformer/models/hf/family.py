@@ -1,11 +1,13 @@
 """One ``Family`` record per Hugging Face family module, and the registry that collects them.
 
 Each module in FAMILY_MODULES declares ``FAMILY = Family(...)``; the registry's tables keyed by
-model_type (loading's dispatch, its error messages, the export --from help) are derived from these
-records, so adding a family is one module with one record and its name in FAMILY_MODULES. Inside
-a family, code may still branch on its own model_types (gemma's versions, rotary_bert's variants,
-heads.py's activation key). The modules are
-imported on first use, so this file imports no family (and no torch) itself.
+model_type (loading's dispatch, its error messages) are derived from these records, so adding a
+family is one module with one record and its entry in MAIN_MODEL_TYPES. Inside a family, code
+may still branch on its own model_types (gemma's versions, rotary_bert's variants, heads.py's
+activation key). The modules build torch encoders and are imported on first use, so this file
+imports no family (and no torch) itself; the list of model_types (``model_types``: the export
+--from help, loading's errors) comes from MAIN_MODEL_TYPES, the torch-free record of each
+module's model_types, which ``families`` holds every module's FAMILY to.
 """
 from __future__ import annotations
 
@@ -16,10 +18,34 @@ from typing import Callable, Mapping
 
 from ...core.errors import require_torch
 
-# the family modules of models/hf/families/, in the order the export --from help lists their model types
-FAMILY_MODULES = ("bert", "roberta", "distilbert", "electra", "albert", "mpnet", "modernbert", "deberta",
-                  "deberta_v2", "t5", "ernie", "roformer", "longformer", "prenorm_bert", "jina_bert",
-                  "rotary_bert", "llama", "gemma", "neobert", "lfm2", "jina_lora")
+# each family module of models/hf/families/ -> the config.json model_types its FAMILY imports as their
+# main family (a variant, which keeps a main family's model_type and claims a folder by its detect,
+# adds none), in the order the export --from help lists them; families() refuses a FAMILY that differs
+MAIN_MODEL_TYPES: dict[str, tuple[str, ...]] = {
+    "bert": ("bert",),
+    "roberta": ("roberta", "xlm-roberta", "camembert", "data2vec-text"),
+    "distilbert": ("distilbert",),
+    "electra": ("electra",),
+    "albert": ("albert",),
+    "mpnet": ("mpnet",),
+    "modernbert": ("modernbert", "modernbert-decoder"),
+    "deberta": ("deberta",),
+    "deberta_v2": ("deberta-v2",),
+    "t5": ("t5", "mt5"),
+    "ernie": ("ernie",),
+    "roformer": ("roformer",),
+    "longformer": ("longformer",),
+    "prenorm_bert": ("xlm-roberta-xl", "megatron-bert", "esm", "roberta-prelayernorm"),
+    "jina_bert": (),  # JinaBERT v2: a variant of "bert"
+    "rotary_bert": ("nomic_bert", "gte", "new", "jina_embeddings_v3"),
+    "llama": ("eurobert", "qwen3", "qwen2", "ultrabert", "mistral", "llama"),  # llama.FAMILIES' keys
+    "gemma": ("gemma3_text", "gemma2", "gemma"),
+    "neobert": ("neobert",),
+    "lfm2": ("lfm2",),
+    "jina_lora": (),  # Jina v3 with task adapters: a variant of "xlm-roberta"
+}
+# the family modules, in the order the export --from help lists their model types
+FAMILY_MODULES = tuple(MAIN_MODEL_TYPES)
 
 
 @dataclass(frozen=True)
@@ -56,9 +82,15 @@ class Family:
 def families() -> tuple[Family, ...]:
     """Every module's FAMILY, in FAMILY_MODULES order; RuntimeError when two main families claim
     one model_type (a registry mistake, not a user's). The family modules build torch encoders,
-    so this is where the registry needs torch (MissingExtraError without it)."""
+    so this is where the registry needs torch (MissingExtraError without it). RuntimeError too
+    when a module's main model_types are not the ones MAIN_MODEL_TYPES records for it."""
     require_torch("the Hugging Face family modules")
     records = tuple(importlib.import_module(f".families.{name}", __package__).FAMILY for name in FAMILY_MODULES)
+    for name, record in zip(FAMILY_MODULES, records):
+        main = () if record.detect is not None else tuple(record.model_types)
+        if main != MAIN_MODEL_TYPES.get(name, ()):
+            raise RuntimeError(f"family module {name!r} imports model_types {list(main)} as their main family, but "
+                               f"MAIN_MODEL_TYPES records {list(MAIN_MODEL_TYPES.get(name, ()))} for it")
     claimed = [t for record in records if record.detect is None for t in record.model_types]
     repeated = sorted({t for t in claimed if claimed.count(t) > 1})
     if repeated:
@@ -73,8 +105,9 @@ def by_model_type() -> dict[str, Family]:
 
 
 def model_types() -> tuple[str, ...]:
-    """Every model_type ortformer imports, in FAMILY_MODULES order."""
-    return tuple(by_model_type())
+    """Every model_type ortformer imports, in FAMILY_MODULES order: read from MAIN_MODEL_TYPES,
+    so listing them imports no family module and needs no torch."""
+    return tuple(dict.fromkeys(t for name in FAMILY_MODULES for t in MAIN_MODEL_TYPES.get(name, ())))
 
 
 def family_for(config: dict) -> Family | None:
