@@ -19,7 +19,7 @@ from ...core.errors import require_torch
 # the family modules of models/hf/families/, in the order the export --from help lists their model types
 FAMILY_MODULES = ("bert", "roberta", "distilbert", "electra", "albert", "mpnet", "modernbert", "deberta",
                   "deberta_v2", "t5", "ernie", "roformer", "longformer", "prenorm_bert", "jina_bert",
-                  "rotary_bert", "llama", "gemma", "neobert", "lfm2", "jina_lora")
+                  "rotary_bert", "llama", "gemma", "neobert", "lfm2", "jina_lora", "jina_v5")
 
 
 @dataclass(frozen=True)
