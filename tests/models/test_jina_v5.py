@@ -14,7 +14,8 @@ import onnxruntime as ort
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from support.hf import GATE, TOKENIZER_FILES, cases, check_gate, hf_hidden, hf_reference, inputs_for, save_hf, transformers
+from support.hf import (GATE, TOKENIZER_FILES, cases, check_gate, hf_hidden, hf_reference, inputs_for, save_hf,
+                        transformers, write_folder)
 
 from ortformer import contract
 from ortformer.config import Adapters
@@ -63,14 +64,11 @@ def make_folders(root, backbone: str, vocab: int = 120, seed: int = 1):
     base = save_hf(getattr(transformers, model_name), config, root / "base", seed=seed)
     weights = load_file(str(base / "model.safetensors"))
     g = torch.Generator().manual_seed(seed + 1)
-    folder = root / "jina-v5"
-    folder.mkdir()
     native = json.loads((base / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({
+    folder = write_folder(root / "jina-v5", {
         **native, "model_type": "jina_embeddings_v5", "architectures": ["JinaEmbeddingsV5Model"], "task_names": TASKS,
         "auto_map": {"AutoConfig": "configuration_jina_embeddings_v5.JinaEmbeddingsV5Config",
-                     "AutoModel": "modeling_jina_embeddings_v5.JinaEmbeddingsV5Model"}}))
-    save_file(weights, str(folder / "model.safetensors"))
+                     "AutoModel": "modeling_jina_embeddings_v5.JinaEmbeddingsV5Model"}}, weights)
     (folder / "config_sentence_transformers.json").write_text(json.dumps(
         {"prompts": PROMPTS, "default_prompt_name": "document", "similarity_fn_name": "cosine"}))
     (folder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "transformer", "path": "",
@@ -90,11 +88,7 @@ def make_folders(root, backbone: str, vocab: int = 120, seed: int = 1):
         place.mkdir(parents=True)
         (place / "adapter_config.json").write_text(json.dumps(adapter_config(r, alpha, modules)))
         save_file(factors, str(place / "adapter_model.safetensors"))
-        dest = root / f"merged-{task}"
-        dest.mkdir()
-        (dest / "config.json").write_text((base / "config.json").read_text())
-        save_file(merged, str(dest / "model.safetensors"))
-        merged_folders[task] = dest
+        merged_folders[task] = write_folder(root / f"merged-{task}", native, merged)
     return folder, merged_folders
 
 
