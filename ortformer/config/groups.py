@@ -167,10 +167,13 @@ class ShortConv:
 
 @dataclass(frozen=True)
 class Adapters:
-    """Task adapters kept side by side (jina-embeddings-v3's LoRA), chosen per row by the task_id
-    input: for task t every block's Linears compute W x + b + s B_t (A_t x) (A_t (r, in), B_t
-    (out, r)), and the token embedding adds s A_t[id] B_t (A_t (V, r), B_t (r, E)) and a per-task
-    vector (a folded token-type adapter), none of it merged into the weights."""
+    """Task adapters kept side by side (jina-embeddings-v3's and v5's LoRA), chosen per row by the
+    task_id input: for task t every block's Linears compute W x + b + s B_t (A_t x) (A_t (r, in),
+    B_t (out, r)), and (``token_adapters``) the token embedding adds s A_t[id] B_t (A_t (V, r), B_t
+    (r, E)) and a per-task vector (a folded token-type adapter), none of it merged into the weights.
+    ``per_projection``: the adapters were trained on the unfused projections (q, k, v; gate, up), so
+    a fused Linear of P projections holds P of them: A_t (P r, in) stacks theirs, and the rows of
+    projection p read their own r columns of the low-rank product only (B_t stays (out, r))."""
 
     # the task names, in task_id order (0, 1, ...)
     tasks: tuple = ()
@@ -180,6 +183,10 @@ class Adapters:
     scale: float = 0.25
     # the task a request that names none runs with (the model card's)
     default: str = ""
+    # the token embedding has adapters too (jina-embeddings-v3); False: the blocks' Linears only (v5)
+    token_adapters: bool = True
+    # one adapter per unfused projection: qkv holds 3 (rank 3 r), a gated up 2 (jina-embeddings-v5)
+    per_projection: bool = False
 
     def __post_init__(self) -> None:
         check_types(self, "adapters.")

@@ -90,10 +90,15 @@ def _mixer_params(cfg: EncoderConfig) -> dict[str, int]:
         ffn = 2 * F * cfg.ffn_size + (cfg.ffn_size + F if cfg.bias else 0)
         out["experts"] = layers * (cfg.experts.count * (F + 2 * F * cfg.ffn_size) + F - ffn)
     if cfg.adapters:  # T tasks of rank r: A and B beside qkv, out, up, down; the token table's A, B and shift
-        t, r, up = len(cfg.adapters.tasks), cfg.adapters.rank, cfg.ffn_size * (2 if cfg.ffn_gated else 1)
+        group = cfg.adapters
+        t, r, up = len(group.tasks), group.rank, cfg.ffn_size * (2 if cfg.ffn_gated else 1)
         E = cfg.embedding_size or F
-        linears = (F + cfg.attention_size + 2 * cfg.kv_size) + (cfg.attention_size + F) + (F + up) + (cfg.ffn_size + F)
-        out["adapters"] = t * r * (cfg.num_layers * linears + cfg.vocab_size + E) + t * E
+        # per projection, qkv's A stacks 3 adapters' and a gated up's 2 (adapters.py)
+        qkv_in, up_in = (3, 2 if cfg.ffn_gated else 1) if group.per_projection else (1, 1)
+        linears = ((qkv_in * F + cfg.attention_size + 2 * cfg.kv_size) + (cfg.attention_size + F)
+                   + (up_in * F + up) + (cfg.ffn_size + F))
+        tokens = t * r * (cfg.vocab_size + E) + t * E if group.token_adapters else 0
+        out["adapters"] = t * r * cfg.num_layers * linears + tokens
     return out
 
 

@@ -99,7 +99,7 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, first=i == 0, index=i) for i in range(cfg.num_layers))
         # per-task adapters (adapters.py): the blocks' Linears and the token table's part
         self.adapted = adapt_blocks(self.blocks, cfg) if cfg.adapters else []
-        self.token_adapters = TokenAdapters(cfg, width) if cfg.adapters else None
+        self.token_adapters = TokenAdapters(cfg, width) if cfg.adapters and cfg.adapters.token_adapters else None
         # one (buckets, H) table for all layers (MPNet), or ALiBi's slopes; the bias is computed once per call
         self.relative = (RelativePositionBias(cfg) if cfg.relative_attention
                          else AlibiBias(cfg) if cfg.positions == "alibi" else None)

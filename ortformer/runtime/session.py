@@ -327,7 +327,9 @@ class Runtime:
 
     def task_and_prompt(self, task: str | None, prompt_name: str | None) -> tuple[str | None, str | None]:
         """(task, prompt_name) as embed_texts reads them (serve's routes too): a task's own prompt
-        when prompt_name is None, a task taken from prompt_name when it names one and task is None.
+        when prompt_name is None, a task taken from prompt_name when it names one and task is None
+        (with that prompt where the model records one under the task's name, as jina-embeddings-v3
+        does, else the default prompt: v5's prompts are query / document for every task).
         InputError for a task on a model without adapters; an unknown task is left to task_ids."""
         adapters = self.config.adapters
         if adapters is None:
@@ -335,7 +337,7 @@ class Runtime:
                 raise InputError(f"task={task!r} selects a task adapter; {self.path} has none")
             return None, prompt_name
         if task is None and prompt_name in adapters.tasks:
-            return prompt_name, prompt_name
+            return prompt_name, prompt_name if prompt_name in self.prompts else None
         if task is not None and prompt_name is None and task in self.prompts:
             return task, task
         return task, prompt_name

@@ -1,7 +1,8 @@
 """jina-embeddings-v3 with its task adapters kept in one file: the remote code's folder (XLM-RoBERTa with
 rotary positions, one LoRA adapter per task on every Linear and Embedding, saved as torch
 parametrizations) against transformers' JinaEmbeddingsV3Model holding each task's merged weights
-(W + s B_t A_t, E + s A_t B_t), per task; rows of different tasks in one batch."""
+(W + s B_t A_t, E + s A_t B_t), per task, and the base weights for the remote code's no-task
+default ("none"); rows of different tasks in one batch."""
 from __future__ import annotations
 
 import json
@@ -29,6 +30,8 @@ INSTRUCTIONS = {"retrieval.query": "Represent the query for retrieving evidence 
                 "retrieval.passage": "Represent the document for retrieval: ", "separation": "", "classification": "",
                 "text-matching": ""}
 ADAPTED = ("mixer.Wqkv", "mixer.out_proj", "mlp.fc1", "mlp.fc2")
+# the file's tasks: the folder's, then "none", the remote code's encode(task=None) (no adapter)
+ALL = [*TASKS, "none"]
 
 
 def remote_config(vocab: int) -> dict:
@@ -45,7 +48,8 @@ def remote_config(vocab: int) -> dict:
 
 
 def make_folders(root, vocab: int = 120, seed: int = 1):
-    """(the remote-code folder, {task: a transformers folder of that task's merged weights})."""
+    """(the remote-code folder, {task: a transformers folder of that task's merged weights, "none":
+    the base weights})."""
     base = save_hf(transformers.JinaEmbeddingsV3Model, transformers.JinaEmbeddingsV3Config(**{**SIZES, "vocab_size": vocab}),
                    root / "base", seed=seed, random_biases=True)
     weights = load_file(str(base / "model.safetensors"))
@@ -73,7 +77,7 @@ def make_folders(root, vocab: int = 120, seed: int = 1):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(remote_config(vocab)))
     save_file(remote, str(folder / "model.safetensors"))
-    merged_folders, scale = {}, ALPHA / RANK
+    merged_folders, scale = {"none": base}, ALPHA / RANK
     for t, task in enumerate(TASKS):
         merged = dict(weights)
         for stem, (a, b) in lora.items():
@@ -98,17 +102,19 @@ def jina(tmp_path_factory):
 
 
 def test_the_adapters_are_kept_with_the_model_cards_default(jina):
+    """Without a task the remote code (and the card's example) runs no adapter: the default "none"."""
     _, _, loaded, _ = jina
-    assert loaded.config.adapters == Adapters(tasks=tuple(TASKS), rank=RANK, scale=ALPHA / RANK, default="text-matching")
+    assert loaded.config.adapters == Adapters(tasks=tuple(ALL), rank=RANK, scale=ALPHA / RANK, default="none")
     assert loaded.prompts["retrieval.query"] == INSTRUCTIONS["retrieval.query"]
     assert all(name.startswith("roberta.pooler") for name in loaded.dropped)
 
 
-@pytest.mark.parametrize("task", range(len(TASKS)))
+@pytest.mark.parametrize("task", range(len(ALL)))
 def test_each_task_equals_its_merged_model(jina, task):
-    """Eager, every row with one task, against transformers with that task merged, over the grid."""
+    """Eager, every row with one task, against transformers with that task merged (or, "none", the
+    base weights), over the grid."""
     _, merged, loaded, _ = jina
-    want_model = hf_reference(transformers.JinaEmbeddingsV3Model, merged[TASKS[task]])
+    want_model = hf_reference(transformers.JinaEmbeddingsV3Model, merged[ALL[task]])
     for i, case in enumerate(cases(loaded.config)):
         feeds = inputs_for(loaded.config, case, pad_id=1, seed=i)
         task_id = torch.full((feeds["input_ids"].shape[0],), task)
@@ -125,15 +131,15 @@ def test_one_file_runs_rows_of_different_tasks(jina):
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", contract.TASK_ID]
-    models = {task: hf_reference(transformers.JinaEmbeddingsV3Model, merged[task]) for task in TASKS}
+    models = {task: hf_reference(transformers.JinaEmbeddingsV3Model, merged[task]) for task in ALL}
     case = next(c for c in cases(loaded.config) if c.padding == "left" and c.batch > 1)
     feeds = inputs_for(loaded.config, case, pad_id=1, seed=3)
     b = feeds["input_ids"].shape[0]
-    task_id = np.arange(b, dtype=np.int64) % len(TASKS)
+    task_id = np.arange(b, dtype=np.int64) % len(ALL)
     got = session.run([contract.LAST_HIDDEN_STATE], {**feeds, contract.TASK_ID: task_id})[0]
     for row in range(b):
         one = {k: v[row:row + 1] for k, v in feeds.items()}
-        check_gate(got[row:row + 1], hf_hidden(models[TASKS[task_id[row]]], one), one["attention_mask"], f"row {row}")
+        check_gate(got[row:row + 1], hf_hidden(models[ALL[task_id[row]]], one), one["attention_mask"], f"row {row}")
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +163,7 @@ def merged_embeddings(merged, task, texts=TEXTS):
     """transformers with ``task`` merged, on the task's instruction + each text, mean pooled."""
     tok = transformers.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
     model = hf_reference(transformers.JinaEmbeddingsV3Model, merged[task])
-    enc = tok([INSTRUCTIONS[task] + t for t in texts], padding=True, return_tensors="pt")
+    enc = tok([INSTRUCTIONS.get(task, "") + t for t in texts], padding=True, return_tensors="pt")
     with torch.no_grad():
         hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
     m = enc["attention_mask"][..., None].float()
@@ -170,10 +176,10 @@ def test_runtime_task_and_prompt_name(jina_text):
     rt = Runtime(path, "cpu")
     for task in ("retrieval.query", "text-matching"):
         assert np.abs(rt.embed_texts(TEXTS, task=task) - merged_embeddings(merged, task)).max() <= GATE["max_abs"]
-    # prompt_name naming a task picks the task too; no task: the default (text-matching)
+    # prompt_name naming a task picks the task too; no task: the default, no adapter (the base weights)
     got = rt.embed_texts(TEXTS, prompt_name="retrieval.query")
     assert np.abs(got - merged_embeddings(merged, "retrieval.query")).max() <= GATE["max_abs"]
-    assert np.abs(rt.embed_texts(TEXTS) - merged_embeddings(merged, "text-matching")).max() <= GATE["max_abs"]
+    assert np.abs(rt.embed_texts(TEXTS) - merged_embeddings(merged, "none")).max() <= GATE["max_abs"]
     with pytest.raises(InputError, match="task 'summarize' is not valid; valid: a task of"):
         rt.embed_texts(TEXTS, task="summarize")
     ids = [[101, 2054, 102], [101, 102]]
@@ -239,3 +245,15 @@ def test_the_model_file_reader_checks_task_id_against_the_config(jina, tmp_path)
         rt.run(ids, task_id=[0, 1, 2])
     both = rt.run(ids, task_id=["separation", 0])[contract.LAST_HIDDEN_STATE]
     assert np.allclose(both[0], rt.run(ids[:1], task_id=2)[contract.LAST_HIDDEN_STATE][0], atol=1e-6)
+
+
+def test_a_task_named_like_the_no_adapter_default_is_refused(jina, tmp_path):
+    folder, _, _, _ = jina
+    dest = tmp_path / "none"
+    dest.mkdir()
+    config = json.loads((folder / "config.json").read_text())
+    config["lora_adaptations"] = [t if t != "separation" else "none" for t in TASKS]
+    (dest / "config.json").write_text(json.dumps(config))
+    (dest / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match="names a task 'none', the name ortformer gives the base weights"):
+        load_any(dest)

@@ -43,6 +43,7 @@ MAIN_MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "neobert": ("neobert",),
     "lfm2": ("lfm2",),
     "jina_lora": (),  # Jina v3 with task adapters: a variant of "xlm-roberta"
+    "jina_v5": ("jina_embeddings_v5",),
 }
 # the family modules, in the order the export --from help lists their model types
 FAMILY_MODULES = tuple(MAIN_MODEL_TYPES)

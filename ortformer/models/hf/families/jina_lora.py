@@ -16,10 +16,16 @@ token-type embedding's (one type, folded into the token table as rotary_bert.py 
 vector per task, s A_t[0] B_t. The pooler's are set aside with the pooler. Nothing is merged: the
 file holds every task (the base weights once, plus r (in + out) per Linear and task).
 
-The default task is ``text-matching``, the task the model card's examples embed with, when the
-folder lists it (else the first of ``lora_adaptations``); ``task_instructions`` are the prompts
-the remote code prepends for each task, recorded as the file's prompts under the task names when the
-folder's sentence-transformers config has none.
+The default is what the remote code computes without a task: every adapter off, the base weights
+alone. Its ``encode(task=None)`` documents "If `task` is not provided, all LoRA adapters are
+disabled, and the model reverts to its original, general-purpose weights", and the model card's
+example says "you can choose not to pass a `task`, and no specific LoRA adapter will be used"
+(jinaai/xlm-roberta-flash-implementation's modeling_lora.py; jinaai/jina-embeddings-v3's
+README.md); its sentence-transformers module (custom_st.py) does the same unless loaded with a
+``default_task``. That choice is kept as one more task, ``none`` (BASE_TASK), whose factors are
+zero, so a request may also name it. ``task_instructions`` are the prompts the remote code prepends
+for each task, recorded as the file's prompts under the task names when the folder's
+sentence-transformers config has none.
 """
 from __future__ import annotations
 
@@ -40,7 +46,8 @@ from ..folder_layout import read_json, transformer_dir
 from . import rotary_bert
 
 WHAT = "Jina v3 (LoRA) "
-DEFAULT_TASK = "text-matching"
+# the remote code's task=None: no adapter (the base weights), the default (see above)
+BASE_TASK = "none"
 ORIGINAL, LORA_A, LORA_B = ".parametrizations.weight.original", ".parametrizations.weight.0.lora_A", ".parametrizations.weight.0.lora_B"
 # the adapted Linears of layer i (saved name under encoder.layers.{i}.) and the Encoder's module
 LINEARS = {"mixer.Wqkv": "attention.qkv", "mixer.out_proj": "attention.out", "mlp.fc1": "ffn.up", "mlp.fc2": "ffn.down"}
@@ -58,8 +65,11 @@ def adapters(hf: dict) -> Adapters:
             or rank < 1:
         raise CheckpointError(f"{WHAT}config.json lora_rank={rank!r}, lora_alpha={alpha!r}: the rank must be an int >= 1 "
                               "and alpha a number")
-    default = DEFAULT_TASK if DEFAULT_TASK in tasks else tasks[0]
-    return make_group(WHAT.strip(), Adapters, tasks=tuple(tasks), rank=rank, scale=alpha / rank, default=default)
+    if BASE_TASK in tasks:
+        raise CheckpointError(f"{WHAT}config.json lora_adaptations={brief(tasks, 120)} names a task {BASE_TASK!r}, the "
+                              "name ortformer gives the base weights without an adapter (the remote code's task=None)")
+    return make_group(WHAT.strip(), Adapters, tasks=(*tasks, BASE_TASK), rank=rank, scale=alpha / rank,
+                      default=BASE_TASK)
 
 
 def native_config(hf: dict) -> dict:
@@ -94,16 +104,18 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
     types = 1
     mapped, dropped = rotary_bert.map_weights(rotary_bert.JINA, types, plain, cfg, what, duplicates)
     group = cfg.adapters
-    t, r, f, s = len(group.tasks), group.rank, cfg.hidden_size, group.scale
+    t, r, f, s = len(group.tasks) - 1, group.rank, cfg.hidden_size, group.scale  # the saved tasks, BASE_TASK last
 
     def factors(stem: str, a_shape: tuple, b_shape: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """The saved tasks' (A, B), then BASE_TASK's zeros."""
         if stem not in lora:
             raise CheckpointError(f"{what}: the adapters of {stem} are missing ({stem}{LORA_A}, {LORA_B[1:]})")
         a, b = lora.pop(stem)
         if tuple(a.shape) != a_shape or tuple(b.shape) != b_shape:
             raise CheckpointError(f"{what}: {stem}'s adapters are {tuple(a.shape)} and {tuple(b.shape)}, expected "
                                   f"{a_shape} and {b_shape} ({t} tasks of rank {r})")
-        return a.float(), b.float()
+        return (torch.cat([a.float(), torch.zeros(1, *a_shape[1:])]),
+                torch.cat([b.float(), torch.zeros(1, *b_shape[1:])]))
 
     for i in range(cfg.num_layers):
         for saved, ours in LINEARS.items():
