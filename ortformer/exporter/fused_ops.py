@@ -122,7 +122,8 @@ def rotary_heads(x, cos, sin, num_heads: int):
 def half_layer_norm(x, weight, bias, eps: float):
     """ONNX LayerNormalization over the last axis on float16 x, weight and bias; stash_type=1:
     mean and variance in float32 (ONNX's definition), the output float16."""
-    return op.LayerNormalization(x, weight, bias, axis=-1, epsilon=eps, stash_type=1)
+    normed, _, _ = op.LayerNormalization(x, weight, bias, axis=-1, epsilon=eps, stash_type=1)  # (Y, Mean, InvStdDev)
+    return normed
 
 
 TRANSLATIONS = {
