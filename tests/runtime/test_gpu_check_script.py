@@ -97,7 +97,7 @@ def test_tiled_weights_repeat_their_block_and_leave_small_tensors():
     assert torch.equal(linear.bias, bias)  # 300 values: left as drawn
 
 
-def test_cpu_rehearsal_of_the_fast_path(check, tmp_path, monkeypatch):
+def test_cpu_rehearsal_of_the_fast_path(check, workdir, tmp_path, monkeypatch):
     """gpu_fast_path at tiny sizes on the CPU: both float16 graphs exported from one folder, every
     shape timed in the three engines, the padded rows of the key-length graph within the float16
     gate, and the JSON saying what a CPU run cannot show."""
@@ -108,7 +108,7 @@ def test_cpu_rehearsal_of_the_fast_path(check, tmp_path, monkeypatch):
     monkeypatch.setattr(fast, "MODELS", ("bert-base",))  # minilm's exports take minutes on 2 cores
     monkeypatch.setattr(check.gpu_bench, "TIMING_S", 0.0)
     out = tmp_path / "gpu.json"
-    assert check.main([str(tmp_path / "work"), str(out), "--device", "cpu", "--sections", "fast_path"]) == 0
+    assert check.main([str(workdir), str(out), "--device", "cpu", "--sections", "fast_path"]) == 0
     result = json.loads(out.read_text())["sections"]["fast_path"]
     assert result["passed"] and result["torch_dtype"] == "float32" and result["peak_fp16_tflops"] is None
     assert any("float32 between inserted Casts" in note for note in result["notes"])
