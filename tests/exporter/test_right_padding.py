@@ -220,3 +220,13 @@ def test_float16_key_length_export_passes_the_float16_gate(tmp_path):
     want = eager(model, row[None], np.ones((1, 6), np.int64))["last_hidden_state"][0]
     cosine = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
     assert cosine.min() >= 0.999
+
+
+def test_cli_padding_right_writes_the_key(tmp_path):
+    from support.cli import fail_stderr, invoke
+
+    out = tmp_path / "m.onnx"
+    invoke("export", "--preset", "tiny", "--padding", "right", "--no-parity", "-o", out)
+    assert Runtime(out, "cpu").model_file.right_padding
+    assert "--no-fused-ops has none" in fail_stderr("export", "--preset", "tiny", "--padding", "right", "--no-fused-ops",
+                                                    "-o", tmp_path / "x.onnx", code=2)
