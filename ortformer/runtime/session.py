@@ -438,6 +438,9 @@ class Runtime:
         last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
         task_id (a model with task adapters): a task name or index for every row, or one per row;
         default the file's default task.
+        A file exported with padding="right" (its attention takes key lengths) gets rows that are
+        not right-padded right-aligned before the call, and its per-token outputs back in the
+        given columns (runtime/right_padding.py).
         """
         if unknown:
             raise InputError(f"unknown input(s) {sorted(unknown)}; this model takes {self.input_names}")
