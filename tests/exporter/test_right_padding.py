@@ -232,3 +232,12 @@ def test_cli_padding_right_writes_the_key(tmp_path):
     invoke("check", out)  # exit 0: passed (a left-padded row read as key lengths would fail it)
     assert "--no-fused-ops has none" in fail_stderr("export", "--preset", "tiny", "--padding", "right", "--no-fused-ops",
                                                     "-o", tmp_path / "x.onnx", code=2)
+
+
+def test_triton_refuses_a_key_length_file(files, tmp_path):
+    from ortformer.core.errors import OutputError
+    from ortformer.scale.triton import write_triton_repo
+
+    with pytest.raises(OutputError, match="padding any for Triton"):
+        write_triton_repo(files["learned"][0], tmp_path / "repo")
+    assert not (tmp_path / "repo" / "model").exists()
