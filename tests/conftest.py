@@ -59,7 +59,7 @@ _TRACES: dict = {}  # (wrapper type, config, weights digest, opset, fused ops) -
 
 @pytest.fixture
 def cached_tracing(monkeypatch):
-    """torch.onnx.export once per (model, weights, opset, fused ops) for the whole session.
+    """torch.onnx.export once per (model, weights, opset, fused ops, padding) for the whole session.
 
     For tests of export plumbing (destinations, metadata, staging, progress, the CLI
     around export), not of tracing: each export still writes, checks, gates and
@@ -72,10 +72,11 @@ def cached_tracing(monkeypatch):
 
     real = export_module._trace_to_onnx
 
-    def cached(model, opset, fused_ops=True):
-        key = (type(model).__name__, model.config.to_json(), export_module.weights_digest(model), opset, fused_ops)
+    def cached(model, opset, fused_ops=True, padding="any"):
+        key = (type(model).__name__, model.config.to_json(), export_module.weights_digest(model), opset, fused_ops,
+               padding)
         if key not in _TRACES:
-            _TRACES[key] = real(model, opset, fused_ops)
+            _TRACES[key] = real(model, opset, fused_ops, padding)
         copy = onnx.ModelProto()
         copy.CopyFrom(_TRACES[key])  # export edits the proto's metadata in place
         return copy

@@ -90,7 +90,7 @@ def config_from_options(preset_name: str | None, config_file: str | None, flags:
 
 
 # what --print-config would ignore: the options that shape or place a written model
-PRINT_CONFIG_IGNORES = ("output", "force", "no_parity", "keep_failed", "opset", "dtype", "quantize", "no_fused_ops",
+PRINT_CONFIG_IGNORES = ("output", "force", "no_parity", "keep_failed", "opset", "dtype", "quantize", "no_fused_ops", "padding",
                         "tokenizer", "lowercase_texts", "seed", "triton_repo", "triton_name", "max_batch_size",
                         "as_json")
 
@@ -272,6 +272,9 @@ class FromOption(click.Option):
               help=f"float16 weights and activations (for CUDA), gated on cosine >= {GATES['float16']['min_cosine']}.")
 @click.option("--quantize", type=click.Choice(["int8"]), help=f"int8 weight MatMuls with per-row (per-token) dynamic scales, so a row never depends on its batch; "
                    f"gated on cosine >= {GATES['int8']['min_cosine']}.")
+@click.option("--padding", type=click.Choice(["any", "right"]), default="any", show_default=True,
+              help="right: the fused attention takes one key length per row, the mask form onnxruntime's fused "
+                   "CUDA kernels accept (docs/gpu.md); the Runtime right-aligns left-padded rows itself.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity gate (explicit opt-out).")
 @click.option("--keep-failed", type=click.Path(dir_okay=False), help="Keep a model that fails the gate at this path.")
@@ -286,7 +289,7 @@ class FromOption(click.Option):
 @click.pass_context
 def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir, tokenizer, truncate_dim, lowercase_texts,
                    no_fused_ops, seed, output, print_config,
-                   opset, dtype, quantize, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
+                   opset, dtype, quantize, padding, force, no_parity, keep_failed, triton_repo, triton_name, max_batch_size,
                    as_json, **flags):
     """Export an encoder to ONNX with dynamic batch/sequence axes, checked and parity-gated.
 
@@ -330,6 +333,10 @@ def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir
     if quantize and no_fused_ops:
         raise click.UsageError(f"--quantize {quantize} writes onnxruntime's MatMulIntegerToFloat (com.microsoft); "
                                "--no-fused-ops promises standard ONNX ops only: drop one of the two")
+    if padding == "right" and (no_fused_ops or quantize):
+        raise click.UsageError(f"--padding right gives key lengths to onnxruntime's fused CUDA attention; "
+                               f"{'--no-fused-ops has none' if no_fused_ops else '--quantize files run on the CPU only'}: "
+                               "drop one of the two")
     if quantize and dtype != "float32":
         raise click.UsageError(f"--quantize {quantize} quantizes a float32 export; drop --dtype {dtype} "
                                f"(or --quantize for a {dtype} model)")
@@ -383,7 +390,8 @@ def export_command(ctx, preset_name, config_file, from_path, revision, cache_dir
             click.echo(f"[{next(steps)}/{total}] {message} ...", err=True)
 
     result = export(subject, output, seed=seed, force=force, progress=progress, text=text, provenance=provenance,
-                    graph=GraphOptions(opset or DEFAULT_OPSET, dtype, quantize, fused_ops=not no_fused_ops),
+                    graph=GraphOptions(opset or DEFAULT_OPSET, dtype, quantize, fused_ops=not no_fused_ops,
+                                       padding=padding),
                     gate=GateOptions(parity=not no_parity, keep_failed=keep_failed))
     triton_entry = None
     if triton_repo:

@@ -37,6 +37,11 @@ META_WEIGHTS = "ortformer.weights"
 # optional: how texts become late-interaction vectors and sparse weights (markers, query expansion,
 # skiplist, special ids), a JSON object read by late.LateInteraction.from_json
 META_LATE = "ortformer.late_interaction"
+# optional: "right" when the file's fused attention takes one key length per row, (B,) int32 (export
+# padding="right": the mask form onnxruntime's fused CUDA kernels accept); the Runtime then right-aligns
+# any row whose kept tokens are not a prefix before the call (runtime/right_padding.py). Absent: any padding
+META_PADDING = "ortformer.padding"
+PADDINGS = ("any", "right")  # export's padding choices; "any" writes no key
 REQUIRED_META = (META_FORMAT, META_VERSION, META_CONFIG, META_PARITY, META_SOURCE)
 
 BATCH_AXIS = "batch"

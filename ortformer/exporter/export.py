@@ -25,14 +25,16 @@ from ..core.errors import ExportError, ModelFileError, ParityError
 from ..modelfile.int8_kernels import open_session
 from ..modelfile import check_graph_io, file_weights_digest
 from ..models import Encoder, MultiHeadAttention, build_encoder
+from ..models.layers import LayerNorm32
 from ..contract import parity as parity_mod
 from .dynamo import export_program
 from .chunked import chunked_gate, chunked_payload
 from .atomic import StagedModel, check_destination, set_metadata, stage_model
-from .fused_ops import TRANSLATIONS
+from .fused_ops import translations
 from .int8 import ROW_QUANTIZE_OPSET
 from .precision import DTYPES, QUANTIZATIONS, Float16Encoder, quantize_int8
 from .text_parity import compared_output, text_parity
+from .right_aligned import RightAligned, right_aligned
 from ..config.text import TextEncoder, check_tokenizer
 from .settings import DEFAULT_OPSET, GateOptions, GraphOptions, Provenance, TextSettings, grouped  # noqa: F401  (DEFAULT_OPSET: re-exported)
 
@@ -91,21 +93,28 @@ def _resolve(model_or_config, seed: int) -> tuple[Encoder, str]:
 
 
 @contextlib.contextmanager
-def _attention_fusion(model: Encoder, fused: bool):
-    """Temporarily choose fused (contrib op) or standard-ONNX softmax attention."""
+def _attention_fusion(model: Encoder, fused: bool, half_norms: bool = False):
+    """Temporarily choose fused (contrib op) or standard-ONNX softmax attention, and with
+    half_norms float16 LayerNormalization nodes for the LayerNorms (models/layers.half_layer_norm)."""
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm32)]
     before = [m.fused for m in modules]
     for m in modules:
         m.fused = fused and m.can_fuse  # bidirectional, uncapped softmax: the fused kernel's
+    for m in norms:
+        m.fused = fused and half_norms
     try:
         yield
     finally:
         for m, value in zip(modules, before):
             m.fused = value
+        for m in norms:
+            del m.fused  # back to the class's False
 
 
-def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.ModelProto:
-    """torch.onnx.export (dynamo) with `batch` and `sequence` dynamic on every input."""
+def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True, padding: str = "any") -> onnx.ModelProto:
+    """torch.onnx.export (dynamo) with `batch` and `sequence` dynamic on every input; padding="right":
+    the fused attention takes key lengths (fused_ops.translations)."""
     cfg = model.config
     b, n = parity_mod.example_shape(cfg)
     rng = np.random.default_rng(0)
@@ -118,7 +127,7 @@ def _trace_to_onnx(model: Encoder, opset: int, fused_ops: bool = True) -> onnx.M
     return export_program(
         model, args, what="torch.onnx.export", input_names=names, output_names=contract.output_names(cfg),
         opset_version=opset, dynamic_shapes=dynamic, external_data=False,
-        custom_translation_table=TRANSLATIONS if fused_ops else None,
+        custom_translation_table=translations(padding) if fused_ops else None,
     )
 
 
@@ -180,6 +189,7 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
     if quantize is not None and not fused_ops:
         raise ExportError(f"quantize={quantize!r} writes onnxruntime's MatMulIntegerToFloat (com.microsoft); "
                           "fused_ops=False promises standard ONNX ops only: drop one of the two")
+    _check_padding(graph)
     precision = graph.precision
     if isinstance(model_or_config, EncoderConfig):  # before torch allocates the weights
         cfg = model_or_config
@@ -188,6 +198,9 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
                         "choose fewer layers or a smaller hidden size, ffn size, vocab_size or max_positions")
     model, default_source = _resolve(model_or_config, seed)
     cfg = model.config
+    if graph.padding == "right" and not any(m.can_fuse for m in model.modules() if isinstance(m, MultiHeadAttention)):
+        raise ExportError("padding='right' gives key lengths to the fused softmax attention, and this model has "
+                          f"none (attention={cfg.attention!r}, causal={cfg.causal}); export it with padding='any'")
     if cfg.max_sequence < 2:
         raise ExportError("max_positions - position_offset must be >= 2 to export a dynamic sequence axis")
     dest = Path(path)
@@ -248,11 +261,13 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
             raise ExportError(f"prompts: {exc}") from None
 
     step()  # tracing
-    with _attention_fusion(model, fused_ops):
+    with _attention_fusion(model, fused_ops, half_norms=dtype == "float16"):
         # an int8 file needs opset 21 (blocked QuantizeLinear): traced there, not converted
         # afterwards (onnx's version converter holds several copies of the weights at once)
         traced_opset = max(opset, ROW_QUANTIZE_OPSET) if quantize == "int8" else opset
-        proto = _trace_to_onnx(Float16Encoder(model) if dtype == "float16" else model, traced_opset, fused_ops)
+        traced = Float16Encoder(model) if dtype == "float16" else model
+        proto = (_trace_to_onnx(traced, traced_opset, fused_ops, padding="right") if graph.padding == "right"
+                 else _trace_to_onnx(traced, traced_opset, fused_ops))
     meta.update({
         contract.META_FORMAT: contract.FORMAT,
         contract.META_VERSION: __version__,
@@ -261,6 +276,8 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
         contract.META_PARITY: json.dumps({"skipped": True, "reason": "the export did not reach the gate",
                                           "dtype": precision}),
     })
+    if graph.padding == "right":
+        meta[contract.META_PADDING] = "right"
     if graph.chunked and precision == "float32":  # part of the tracing step: more graphs of the same model
         payload = chunked_payload(model, proto, opset)
         if payload is not None:
@@ -285,7 +302,7 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
         if gate.parity:
             step()  # the parity gate
             report = _gate(staged, gate.reference or model, cfg, precision, gate.keep_failed,
-                           encoder=encoder, text_max_length=text_max_length)
+                           encoder=encoder, text_max_length=text_max_length, right_padding=graph.padding == "right")
         else:
             report = {"skipped": True, "reason": "parity disabled by the caller", "dtype": precision}
         staged.rewrite_metadata({contract.META_PARITY: json.dumps(report)})
@@ -296,15 +313,29 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
     return ExportResult(dest, cfg, report, source, parameter_count(cfg), time.perf_counter() - start, files)
 
 
+def _check_padding(graph: GraphOptions) -> None:
+    if graph.padding not in contract.PADDINGS:
+        raise ExportError(f"padding={graph.padding!r} is not supported; choose one of {', '.join(contract.PADDINGS)}")
+    if graph.padding == "right" and not graph.fused_ops:
+        raise ExportError("padding='right' changes what the fused attention (com.microsoft MultiHeadAttention) "
+                          "is given; fused_ops=False has none: drop one of the two")
+    if graph.padding == "right" and graph.quantize is not None:
+        raise ExportError(f"padding='right' is for the CUDA kernels; quantize={graph.quantize!r} files run on the "
+                          "CPU provider only: drop one of the two")
+
+
 def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: str, keep_failed,
-          encoder=None, text_max_length: int | None = None) -> dict:
+          encoder=None, text_max_length: int | None = None, right_padding: bool = False) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
         session = open_session(staged.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
     except Exception as exc:
         raise ExportError(f"onnxruntime cannot load the exported model: {exc}") from exc
-    report = parity_mod.run_parity(session, eager_runner(reference), cfg, dtype)
+    eager = eager_runner(reference)
+    if right_padding:  # both sides see each row right-aligned, as the Runtime feeds the file
+        session, eager = RightAligned(session, cfg), right_aligned(eager, cfg)
+    report = parity_mod.run_parity(session, eager, cfg, dtype)
     del session
     if contract.META_CHUNKED in {p.key for p in onnx.load(str(staged.path), load_external_data=False).metadata_props}:
         report["chunked"] = chunked_gate(staged.path, eager_runner(reference), cfg, dtype)
@@ -312,7 +343,7 @@ def _gate(staged: StagedModel, reference: Encoder, cfg: EncoderConfig, dtype: st
     if encoder is not None and compared_output(cfg) is not None:
         # recorded beside the gate, not gated: the grid is the gate every model shares
         session = open_session(staged.path, options, ["CPUExecutionProvider"], int8=dtype == "int8")
-        report["text"] = text_parity(session, eager_runner(reference), cfg, encoder,
+        report["text"] = text_parity(session, eager_runner(reference), cfg, encoder,  # texts are right-padded
                                      text_max_length or cfg.max_sequence)
         del session
     if not report["passed"]:

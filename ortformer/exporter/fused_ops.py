@@ -7,6 +7,11 @@
   kernel with its attention_bias input.
 - rotary_heads (rotary positions of softmax models) becomes ``com.microsoft.RotaryEmbedding``,
   one kernel instead of Split/Neg/Concat/Mul/Mul/Add per q and k.
+- with padding="right", both attentions take key lengths (B,) int32 instead of the (B, N) mask
+  (key_lengths): the mask form onnxruntime's fused CUDA kernels accept (docs/gpu.md).
+- half_layer_norm (a float16 LayerNorm with float32 statistics) becomes one float16 ONNX
+  LayerNormalization with stash_type=1, not Cast -> float32 LayerNormalization -> Cast: onnxruntime
+  fuses it with the residual Add into SkipLayerNormalization, in float16 with float32 accumulation.
 - aten.gelu becomes ``com.microsoft.Gelu``: the exporter's erf decomposition
   (x * 0.5 * (1 + erf(x * 0.7071))) is not matched by onnxruntime's GeluFusion, while
   a Gelu node lets onnxruntime fold the preceding bias Add into BiasGelu.
@@ -20,6 +25,7 @@ from onnx.defs import OpSchema
 from onnxscript import opset18 as op
 
 from ..models import attention  # noqa: F401  defines torch.ops.ortformer.masked_softmax_attention
+from ..models import layers  # noqa: F401  defines torch.ops.ortformer.half_layer_norm
 
 MICROSOFT = onnxscript.values.Opset("com.microsoft", 1)
 
@@ -84,6 +90,25 @@ def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
                                 num_heads=num_heads)
 
 
+def key_lengths(key_mask):
+    """(B, N) mask -> (B,) int32 max(sum of the row, 1): onnxruntime's MASK_1D_KEY_SEQ_LEN, keys
+    0..len-1 kept. True of right-padded rows only (the Runtime right-aligns the others). A fully
+    padded row gets length 1, not 0: every kernel then has a key to average (finite), and the
+    model zeroes that row after attention anyway."""
+    lengths = op.ReduceSum(op.Cast(key_mask, to=onnx.TensorProto.INT32), op.Constant(value_ints=[1]), keepdims=0)
+    return op.Max(lengths, op.CastLike(op.Constant(value_int=1), lengths))
+
+
+def length_multi_head_attention(q, k, v, key_mask, num_heads: int):
+    """multi_head_attention with key lengths (B,) for the mask (padding="right")."""
+    return MULTI_HEAD_ATTENTION(q, k, v, None, key_lengths(key_mask), num_heads=num_heads)
+
+
+def length_biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
+    """biased_multi_head_attention with key lengths (B,) for the mask (padding="right")."""
+    return MULTI_HEAD_ATTENTION(q, k, v, None, key_lengths(key_mask), scores_bias, num_heads=num_heads)
+
+
 def rotary_heads(x, cos, sin, num_heads: int):
     """(B, N, F) x and (N, D) tables -> (B, N, F). RotaryEmbedding takes the first D/2
     columns (the angles; the second half repeats them) as caches, and a (1,) position_ids
@@ -94,9 +119,29 @@ def rotary_heads(x, cos, sin, num_heads: int):
                             op.Slice(sin, start, half, axis), num_heads=num_heads, interleaved=0)
 
 
+def half_layer_norm(x, weight, bias, eps: float):
+    """ONNX LayerNormalization over the last axis on float16 x, weight and bias; stash_type=1:
+    mean and variance in float32 (ONNX's definition), the output float16."""
+    normed, _, _ = op.LayerNormalization(x, weight, bias, axis=-1, epsilon=eps, stash_type=1)  # (Y, Mean, InvStdDev)
+    return normed
+
+
 TRANSLATIONS = {
     torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
     torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
     torch.ops.ortformer.rotary_heads.default: rotary_heads,
     torch.ops.aten.gelu.default: gelu,
+    torch.ops.ortformer.half_layer_norm.default: half_layer_norm,
 }
+
+# padding="right": the attention takes key lengths instead of the (B, N) mask
+RIGHT_PADDING_TRANSLATIONS = {
+    **TRANSLATIONS,
+    torch.ops.ortformer.masked_softmax_attention.default: length_multi_head_attention,
+    torch.ops.ortformer.biased_softmax_attention.default: length_biased_multi_head_attention,
+}
+
+
+def translations(padding: str = "any") -> dict:
+    """The custom translation table for an export with this padding ("any" or "right")."""
+    return RIGHT_PADDING_TRANSLATIONS if padding == "right" else TRANSLATIONS

@@ -32,12 +32,17 @@ class GraphOptions:
     MultiHeadAttention for softmax attention, Gelu); False keeps the graph to standard ONNX ops.
     chunked: for float32 linear-family models, also write the chunk stages that let the runtime
     run sequences of any length chunk by chunk (and stream causal models), gated on cases longer
-    than one chunk."""
+    than one chunk. padding: "any" gives the fused attention the (B, N) 0/1 mask; "right" gives
+    it one key length per row, (B,) int32 = sum of the row's mask, the form onnxruntime's fused
+    CUDA kernels accept (docs/gpu.md), true only of right-padded rows: the file records it
+    (ortformer.padding) and the Runtime right-aligns other rows before the call
+    (runtime/right_padding.py). Needs fused_ops and a fusable softmax attention."""
     opset: int = DEFAULT_OPSET
     dtype: str = "float32"
     quantize: str | None = None
     fused_ops: bool = True
     chunked: bool = True
+    padding: str = "any"
 
     @property
     def precision(self) -> str:
@@ -59,6 +64,7 @@ class GateOptions:
 FLAT_KEYWORDS = {
     "opset": ("graph", "opset"), "dtype": ("graph", "dtype"), "quantize": ("graph", "quantize"),
     "fused_ops": ("graph", "fused_ops"), "chunked": ("graph", "chunked"),
+    "padding": ("graph", "padding"),
     "tokenizer": ("text", "tokenizer"), "text_max_length": ("text", "max_length"),
     "text_lowercase": ("text", "lowercase"), "prompts": ("text", "prompts"),
     "default_prompt": ("text", "default_prompt"), "late": ("text", "late"),

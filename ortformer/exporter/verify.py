@@ -22,6 +22,7 @@ from ..config.text import check_tokenizer
 from .export import check_file, eager_runner
 from .text_parity import compared_output, text_parity
 from ..contract.parity import GATES, failed_cases, run_parity
+from .right_aligned import RightAligned, right_aligned
 from ..runtime.openvino_session import OpenVINOSession, int8_refused
 from ..core.cpus import available_cpus
 from ..runtime.providers import VERIFY_PROVIDERS
@@ -156,7 +157,10 @@ def verify(path, against=None, seed: int | None = None, progress=None, revision:
         session = OpenVINOSession(model_file.path, available_cpus())
     else:
         session = open_session(model_file.path, options, ["CPUExecutionProvider"], int8=int8)
-    report = run_parity(session, eager_runner(reference), model_file.config, dtype)
+    eager = eager_runner(reference)
+    if model_file.right_padding:  # as at export: rows right-aligned on both sides, as the Runtime feeds them
+        session, eager = RightAligned(session, model_file.config), right_aligned(eager, model_file.config)
+    report = run_parity(session, eager, model_file.config, dtype)
     if tokenizer is not None and compared_output(model_file.config) is not None:
         step("real sentences against the reference")  # recorded as at export, not gated
         report["text"] = text_parity(session, eager_runner(reference), model_file.config, tokenizer,

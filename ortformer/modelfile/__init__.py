@@ -105,6 +105,11 @@ class ModelFile:
         return self.metadata.get(contract.META_TEXT_LOWERCASE) == "true"  # "true" / "false", checked on read
 
     @property
+    def right_padding(self) -> bool:
+        """True when the attention takes key lengths, so rows must be right-padded (contract.META_PADDING)."""
+        return self.metadata.get(contract.META_PADDING) == "right"  # "right" or absent, checked on read
+
+    @property
     def labels(self) -> list[str]:
         """The classifier's label names by id (checked on read); LABEL_i when none are recorded, and none
         for a SPLADE model's masked-LM head, whose logits are the vocabulary (a token id, not a label)."""
@@ -218,6 +223,9 @@ def _check_metadata(path: Path, metadata: dict[str, str]) -> tuple[EncoderConfig
             contract.parse_prompts(metadata[contract.META_PROMPTS])
         except ValueError as exc:
             raise ModelFileError(f"{path}: bad '{contract.META_PROMPTS}' metadata: {exc}") from None
+    if metadata.get(contract.META_PADDING, "right") != "right":
+        raise ModelFileError(f"{path}: '{contract.META_PADDING}' metadata is {metadata[contract.META_PADDING]!r}; "
+                             "valid: 'right' (or no key: any padding)")
     if contract.META_INT8 in metadata:
         _check_int8(path, metadata[contract.META_INT8])
     if contract.META_LATE in metadata:

@@ -35,15 +35,37 @@ class RMSNorm(nn.Module):
         return (normed * at_least_f32(self.weight)).to(x.dtype)
 
 
+@torch.library.custom_op("ortformer::half_layer_norm", mutates_args=())
+def half_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm of a float16 x (..., F) with float16 weight and bias (F,): statistics and the
+    normalisation in float32, the result rounded to float16 once: (..., F) float16.
+
+    One opaque op so the exporter can write ONNX LayerNormalization on float16 with
+    stash_type=1 (float32 statistics) instead of Cast -> float32 LayerNormalization -> Cast
+    (exporter/fused_ops.py), which onnxruntime then fuses with the residual Add into
+    SkipLayerNormalization."""
+    return F.layer_norm(x.float(), (x.shape[-1],), weight.float(), bias.float(), eps).to(x.dtype)
+
+
+@half_layer_norm.register_fake
+def _half_layer_norm_shape(x, weight, bias, eps):
+    return torch.empty_like(x)
+
+
 class LayerNorm32(nn.LayerNorm):
     """LayerNorm whose statistics are taken in float32, also in a float16 model.
 
     bias=False gives y = (x - mean) / sqrt(var + eps) * weight (ModernBERT's norms).
+    fused (set by the exporter for float16 graphs with fused ops): a float16 x goes through
+    half_layer_norm, the same arithmetic as one float16 LayerNormalization node.
     """
+    fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype in (torch.float32, torch.float64):
             return super().forward(x)
+        if self.fused and self.bias is not None and x.dtype == torch.float16:
+            return half_layer_norm(x, self.weight, self.bias, self.eps)
         bias = None if self.bias is None else self.bias.float()
         return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), bias, self.eps).to(x.dtype)
 

@@ -124,8 +124,18 @@ def spin_within_runs(options: ort.SessionOptions) -> ort.SessionOptions:
     return options
 
 
-def provider_list(provider: str, device_id: int) -> list:
-    """The providers argument for InferenceSession; CPU is always last as the fallback."""
+# onnxruntime's AttentionBackend bits (contrib_ops/cpu/bert/attention_common.h): flash 1, memory-efficient
+# (cutlass) 2, TensorRT fused 4, cuDNN flash 8, unfused 16, TensorRT flash 32, cross 64, causal 128. A
+# positive sdpa_kernel enables exactly these; 0 is onnxruntime's default, which leaves cuDNN off.
+# A key-length file (export padding="right") asks for every default one plus cuDNN, the only fused kernel
+# that takes key lengths on sm90 (H100/H200): TensorRT's fused runner is built for sm70-sm89 only
+# (contrib_ops/cuda/bert/tensorrt_fused_multihead_attention/mha_runner.cu). Unmeasured: docs/gpu.md.
+KEY_LENGTH_SDPA_KERNELS = 1 | 2 | 4 | 8 | 16 | 32 | 64
+
+
+def provider_list(provider: str, device_id: int, key_lengths: bool = False) -> list:
+    """The providers argument for InferenceSession; CPU is always last as the fallback.
+    key_lengths: the file's attention takes key lengths (KEY_LENGTH_SDPA_KERNELS)."""
     if provider == "cpu":
         return [CPU_EP]
     if provider == "auto" and (CUDA_EP not in ort.get_available_providers() or device_id in _cuda_failed
@@ -139,6 +149,8 @@ def provider_list(provider: str, device_id: int) -> list:
     # float32 PyTorch on all-MiniLM-L6-v2, past the CUDA gate. A float32 file computes in
     # float32; export --dtype float16 is the fast path (docs/gpu.md).
     cuda_options = {"device_id": str(device_id), "arena_extend_strategy": "kSameAsRequested", "use_tf32": "0"}
+    if key_lengths:
+        cuda_options["sdpa_kernel"] = str(KEY_LENGTH_SDPA_KERNELS)
     return [(CUDA_EP, cuda_options), CPU_EP]
 
 

@@ -27,6 +27,7 @@ from .batching import PreparedBatch, length_batches, prepare
 from ..modelfile.chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
+from .right_padding import align_feeds, alignment, restore_outputs, sequence_outputs
 from .openvino_session import OpenVINOSession, int8_refused
 from .tuned import check_opened as check_tuned_file, resolve as resolve_tuned
 from .optimize import optimized_for_cpu
@@ -124,7 +125,8 @@ class Runtime:
         if provider == "openvino":
             self._session, cuda_error = OpenVINOSession(self.path, self.threads, precision or "float32"), None
         else:
-            self._session, cuda_error = self._open(options, providers.provider_list(provider, device_id))
+            self._session, cuda_error = self._open(options, providers.provider_list(
+                provider, device_id, key_lengths=self.model_file.right_padding))
         self.provider: str = providers.short_name(self._session)
         if provider in ("auto", "cuda") and self.provider != "cuda":
             providers.remember_cuda_failure(device_id)
@@ -138,6 +140,7 @@ class Runtime:
             warnings.warn(f"CUDA is not usable ({reason}); running on CPU", ProviderFallbackWarning, stacklevel=2)
         self.device_id: int | None = device_id if self.provider == "cuda" else None
 
+        self._sequence_outputs = sequence_outputs(self.config)  # what a right-aligned call puts back
         self.input_names: list[str] = [i.name for i in self._session.get_inputs()]
         self.output_names: list[str] = [o.name for o in self._session.get_outputs()]
         embeds = {s.name: s.dtype for s in self.model_file.inputs}.get(contract.INPUTS_EMBEDS, "float32")
@@ -443,6 +446,9 @@ class Runtime:
         last_hidden_state (and is returned as it); a chunked run writes it chunk by chunk.
         task_id (a model with task adapters): a task name or index for every row, or one per row;
         default the file's default task.
+        A file exported with padding="right" (its attention takes key lengths) gets rows that are
+        not right-padded right-aligned before the call, and its per-token outputs back in the
+        given columns (runtime/right_padding.py).
         """
         if unknown:
             raise InputError(f"unknown input(s) {sorted(unknown)}; this model takes {self.input_names}")
@@ -506,6 +512,10 @@ class Runtime:
                                    np.float32) for name in names}
         if self.chunk_size is not None and feeds[contract.ATTENTION_MASK].shape[1] > self.chunk_size:
             return self.chunk_runner().run(feeds, out)
+        perm = alignment(feeds[contract.ATTENTION_MASK]) if self.model_file.right_padding else None
+        if perm is not None:  # key lengths hold for right-padded rows only: align, run, put back
+            outputs = self._execute(align_feeds(feeds, perm), names=names)
+            return restore_outputs(outputs, perm, self._sequence_outputs)
         if self.provider == "cuda":
             outputs = self._run_bound(feeds, "cuda", self.device_id, names)
         else:

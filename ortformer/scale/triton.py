@@ -204,6 +204,10 @@ def _render(model: ModelFile, name: str, max_batch_size: int, device: str, delay
     if device == "gpu" and contract.META_INT8 in model.metadata:
         raise OutputError(f"{model.path} is an int8 file, which runs on CPU instances only ({NO_CUDA_KERNELS}); "
                           "use device 'cpu' (--device cpu), or export --dtype float16 for GPU instances")
+    if model.right_padding:  # Triton hands clients' rows to the graph as they come
+        raise OutputError(f"{model.path} was exported with padding='right': its attention reads each row's mask as a "
+                          "key length, true only of right-padded rows, and Triton runs the graph on whatever rows "
+                          "clients send (ortformer's Runtime right-aligns them); export it with --padding any for Triton")
     cfg = model.config
     # in the contract's order, which is the order clients build their requests in
     inputs = [_tensor_config(s) for s in sorted(model.inputs, key=lambda s: contract.input_names(cfg).index(s.name))]

@@ -27,7 +27,7 @@ def check(monkeypatch):
     module = load("gpu_check")
     yield module
     module.gpu_bench.DEVICE = "cuda"
-    for name in ("cuda_parity", "gpu_bench"):  # imported by gpu_check through sys.path
+    for name in ("cuda_parity", "gpu_bench", "gpu_fast_path"):  # imported by gpu_check through sys.path
         sys.modules.pop(name, None)
 
 
@@ -95,3 +95,34 @@ def test_tiled_weights_repeat_their_block_and_leave_small_tensors():
     assert torch.equal(w[rows:2 * rows, cols:2 * cols], w[:rows, :cols])
     assert torch.equal(w[:, cols:2 * cols], w[:, :cols]) and not torch.equal(w[:rows, 1:cols + 1], w[:rows, :cols])
     assert torch.equal(linear.bias, bias)  # 300 values: left as drawn
+
+
+def test_cpu_rehearsal_of_the_fast_path(check, workdir, tmp_path, monkeypatch):
+    """gpu_fast_path at tiny sizes on the CPU: both float16 graphs exported from one folder, every
+    shape timed in the three engines, the padded rows of the key-length graph within the float16
+    gate, and the JSON saying what a CPU run cannot show."""
+    pytest.importorskip("transformers")
+    fast = check.gpu_fast_path
+    monkeypatch.setattr(fast, "CPU_SHAPES", ((1, 16), (3, 32)))
+    monkeypatch.setattr(fast, "CPU_MIX_TEXTS", 12)
+    monkeypatch.setattr(fast, "MODELS", ("bert-base",))  # minilm's exports take minutes on 2 cores
+    monkeypatch.setattr(check.gpu_bench, "TIMING_S", 0.0)
+    out = tmp_path / "gpu.json"
+    assert check.main([str(workdir), str(out), "--device", "cpu", "--sections", "fast_path"]) == 0
+    result = json.loads(out.read_text())["sections"]["fast_path"]
+    assert result["passed"] and result["torch_dtype"] == "float32" and result["peak_fp16_tflops"] is None
+    assert any("float32 between inserted Casts" in note for note in result["notes"])
+    assert {r["engine"] + "/" + r["graph"] for r in result["rows"]} == {"ortformer/key_lengths", "ortformer/mask",
+                                                                        "transformers/sdpa"}
+    assert {(r["model"], r["batch"], r["sequence"]) for r in result["rows"]} >= {("bert-base", 1, 16), ("bert-base", 3, 32)}
+    bert = result["models"]["bert-base"]
+    assert {"right", "left", "scattered"} <= set(bert["padded_parity"])
+    assert bert["length_mix"]["key_lengths"]["real_tokens"] > 12
+    assert bert["kernels"]["key_lengths"]["skipped"]
+
+
+def test_peak_table_prefers_the_specific_name():
+    fast = load("gpu_fast_path")
+    assert fast.peak_for("NVIDIA H100 PCIe") == ("H100 PCIe", 756.5)
+    assert fast.peak_for("NVIDIA H200") == ("H200", 989.4)
+    assert fast.peak_for("NVIDIA GeForce GTX 1080") == (None, None)
