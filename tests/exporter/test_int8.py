@@ -80,7 +80,7 @@ def test_int8_files_run_on_the_cpu_provider_only(int8_file, monkeypatch):
 
     asked = []
     real = providers.provider_list
-    monkeypatch.setattr(providers, "provider_list", lambda provider, device_id: asked.append(provider) or real(provider, device_id))
+    monkeypatch.setattr(providers, "provider_list", lambda provider, device_id, **more: asked.append(provider) or real(provider, device_id, **more))
     assert Runtime(int8_file, "auto").provider == "cpu" and asked == ["cpu"]
     with pytest.raises(ProviderError, match="int8 file, which runs on the CPU provider only"):
         Runtime(int8_file, "cuda")
