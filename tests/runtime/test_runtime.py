@@ -111,6 +111,17 @@ def test_session_options_bound_memory_and_set_threads(tokens_model):
     assert options.get_session_config_entry("session.force_spinning_stop") == "1"
 
 
+def assert_within_float32_gate(new: Runtime, old: Runtime) -> None:
+    """Every output of ``new`` within the float32 gate of ``old``'s over the parity grid."""
+    rng = np.random.default_rng(0)
+    for case in grid(new.config):
+        inputs = make_inputs(new.config, case, rng)
+        got, want = new.run(**inputs), old.run(**inputs)
+        for name in want:
+            metrics = compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
+            assert passes(metrics, GATES["float32"]), (case, name, metrics)
+
+
 @pytest.mark.parametrize("model", ["tokens_model", "text_model"])
 def test_the_bounded_spin_gives_the_unbounded_spins_outputs(model, request):
     """The defaults before the spin was bounded (session.intra_op.spin_duration_us unset), against
@@ -122,13 +133,7 @@ def test_the_bounded_spin_gives_the_unbounded_spins_outputs(model, request):
     before.add_session_config_entry("session.force_spinning_stop", "1")
     old, new = Runtime(path, "cpu", threads=2, session_options=before), Runtime(path, "cpu", threads=2)
     assert new._session.get_session_options().get_session_config_entry("session.intra_op.spin_duration_us") == "20"
-    rng = np.random.default_rng(0)
-    for case in grid(new.config):
-        inputs = make_inputs(new.config, case, rng)
-        got, want = new.run(**inputs), old.run(**inputs)
-        for name in want:
-            metrics = compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
-            assert passes(metrics, GATES["float32"]), (case, name, metrics)
+    assert_within_float32_gate(new, old)
 
 
 @pytest.mark.parametrize("model", ["tokens_model", "text_model"])
@@ -155,13 +160,7 @@ def test_cpu_sessions_leave_skip_layer_norm_unfused_and_keep_the_fused_outputs(m
     old, old_ops = opened("old")
     assert old_ops["SkipLayerNormalization"] > 0  # onnxruntime fuses this model when let
     assert new_ops["SkipLayerNormalization"] == 0 and new_ops["LayerNormalization"] >= old_ops["SkipLayerNormalization"]
-    rng = np.random.default_rng(0)
-    for case in grid(new.config):
-        inputs = make_inputs(new.config, case, rng)
-        got, want = new.run(**inputs), old.run(**inputs)
-        for name in want:
-            metrics = compare(name, got[name], want[name], inputs[contract.ATTENTION_MASK])
-            assert passes(metrics, GATES["float32"]), (case, name, metrics)
+    assert_within_float32_gate(new, old)
 
 
 @pytest.mark.parametrize(
