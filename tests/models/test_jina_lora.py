@@ -257,3 +257,29 @@ def test_a_task_named_like_the_no_adapter_default_is_refused(jina, tmp_path):
     (dest / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
     with pytest.raises(CheckpointError, match="names a task 'none', the name ortformer gives the base weights"):
         load_any(dest)
+
+
+def test_the_released_sentence_transformers_layout_imports(jina, tmp_path):
+    """jina-embeddings-v3 as released: modules.json names the remote code's custom_st.Transformer
+    at the root, then sentence-transformers' mean Pooling and Normalize; the import reads it as the
+    model it implements, with that pooling, and the weights are the remote folder's."""
+    import shutil
+
+    folder, _, plain, _ = jina
+    root = tmp_path / "released"
+    shutil.copytree(folder, root)
+    (root / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "transformer", "path": "", "type": "custom_st.Transformer"},
+        {"idx": 1, "name": "pooler", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "normalizer", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (root / "2_Normalize").mkdir()
+    loaded = load_any(root)
+    assert (loaded.config.pooling, loaded.config.normalize_embeddings) == ("mean", True)
+    assert loaded.config.adapters == plain.config.adapters
+    got, want = loaded.model.state_dict(), plain.model.state_dict()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    (root / "modules.json").write_text(json.dumps([{"idx": 0, "name": "t", "path": "", "type": "other.Module"}]))
+    with pytest.raises(CheckpointError, match="other.Module"):
+        load_any(root)  # only a Transformer entry is read as the model; anything else stays refused

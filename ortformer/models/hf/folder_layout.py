@@ -52,6 +52,14 @@ def module_kind(module: dict) -> str:
     return kind.rsplit(".", 1)[-1] if kind.startswith(("sentence_transformers.", "pylate.models.Dense.")) else kind
 
 
+def remote_transformer(module: dict) -> bool:
+    """Whether a modules.json entry is a model's own remote-code Transformer (jina's
+    ``custom_st.Transformer``) rather than sentence-transformers' own: a family that implements the
+    model itself decides what it stands for."""
+    kind = str(module.get("type", ""))
+    return kind.endswith(".Transformer") and not kind.startswith("sentence_transformers.")
+
+
 def transformer_dir(folder: Path) -> Path:
     """The folder holding config.json: the root, or the Transformer module's path in modules.json
     when the root has no Hugging Face config (none, or sentence-transformers < 2's root config.json,

@@ -30,7 +30,6 @@ sentence-transformers config has none.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import torch
 
@@ -42,7 +41,8 @@ from ...weights import Tensors
 from ..config_checks import make_group, refuse
 from ..family import Family
 from ..folder_import import import_folder
-from ..folder_layout import read_json, transformer_dir
+from ..folder_files import FolderFiles
+from ..folder_layout import remote_transformer
 from . import rotary_bert
 
 WHAT = "Jina v3 (LoRA) "
@@ -135,8 +135,14 @@ def map_weights(raw: Tensors, cfg: EncoderConfig, what: str, duplicates) -> tupl
 
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a jina-embeddings-v3 folder (its task adapters kept) as an ortformer Encoder."""
-    hf = read_json(transformer_dir(Path(folder)) / "config.json")
-    loaded = import_folder(folder, family="jina_embeddings_v3", build=build, map_weights=map_weights,
+    files = FolderFiles.of(folder)
+    hf = files.config
+    # the released folder's modules.json names the remote code's custom_st.Transformer (the model with a
+    # task's adapter, which this import implements), then sentence-transformers' Pooling and Normalize
+    modules = [{**m, "type": "sentence_transformers.models.Transformer"} if remote_transformer(m) else m
+               for m in files.modules]
+    plain = files if modules == files.modules else FolderFiles(files.root, files.model_dir, hf, modules=modules)
+    loaded = import_folder(plain, family="jina_embeddings_v3", build=build, map_weights=map_weights,
                            pooling=pooling, normalize=normalize, name=name)
     instructions = hf.get("task_instructions") or {}
     if not loaded.prompts and isinstance(instructions, dict) and all(isinstance(v, str) for v in instructions.values()):

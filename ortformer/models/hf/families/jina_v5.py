@@ -45,7 +45,7 @@ from ..config_checks import make_group
 from ..family import Family
 from ..folder_files import FolderFiles
 from ..folder_import import import_folder
-from ..folder_layout import HF_DTYPES, read_json
+from ..folder_layout import HF_DTYPES, read_json, remote_transformer
 from . import llama
 
 WHAT = "Jina v5 (LoRA) "
@@ -182,13 +182,6 @@ def adapter_tensors(cfg: EncoderConfig, adapters: dict[str, TaskAdapter], what: 
     return out
 
 
-def remote_transformer(module: dict) -> bool:
-    """modules.json's entry for the remote code's Transformer (custom_st.Transformer): it runs the
-    model with a task's adapter, pools the last token and l2-normalises, all of which the import does."""
-    kind = str(module.get("type", ""))
-    return kind.endswith(".Transformer") and not kind.startswith("sentence_transformers.")
-
-
 def load(folder, *, pooling: str | None = None, normalize: bool | None = None, name: str | None = None) -> Loaded:
     """Import a jina-embeddings-v5-text folder (its task adapters kept) as an ortformer Encoder."""
     files = FolderFiles.of(folder)
@@ -206,7 +199,8 @@ def load(folder, *, pooling: str | None = None, normalize: bool | None = None, n
         mapped, dropped = llama.map_weights(raw, cfg, where, duplicates, biased, family.base)
         return {**mapped, **adapter_tensors(cfg, adapters, f"{family.what.strip()} backbone")}, dropped
 
-    # modules.json names the remote code's custom_st.Transformer alone (last token, l2-normalised, below);
+    # modules.json names the remote code's custom_st.Transformer alone: it runs the model with a task's
+    # adapter, pools the last token and l2-normalises, all of which this import does (below);
     # the prompts and text length come from the sentence-transformers configs beside it
     kept = [m for m in files.modules if not remote_transformer(m)]
     plain = files if kept == files.modules else FolderFiles(files.root, files.model_dir, hf, modules=kept)
