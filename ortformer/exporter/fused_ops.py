@@ -3,6 +3,10 @@
 - masked_softmax_attention becomes ``com.microsoft.MultiHeadAttention`` with a (B, N)
   int32 key padding mask: one kernel per layer instead of MatMul -> Add -> Softmax ->
   MatMul with (B, H, N, N) intermediates in the graph.
+- projected_softmax_attention (nothing between the QKV projection and the attention: no rotary, q / k
+  norm, shared K / V heads or position bias) becomes the same kernel with the projection's bias as its
+  bias input (3A,), which the kernel adds while splitting the heads (separate 3-D q, k and v, the
+  form whose bias onnxruntime accepts: packed K / V refuses one).
 - biased_softmax_attention (a relative position bias, a local window) becomes the same
   kernel with its attention_bias input.
 - rotary_heads (rotary positions of softmax models) becomes ``com.microsoft.RotaryEmbedding``,
@@ -116,6 +120,11 @@ def multi_head_attention(q, k, v, key_mask, num_heads: int):
     return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
 
 
+def projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
+    """multi_head_attention of q + b_q, k + b_k, v + b_v, bias = [b_q | b_k | b_v] (3F,)."""
+    return MULTI_HEAD_ATTENTION(q, k, v, bias, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
+
+
 def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
     """As multi_head_attention, plus an additive (1|B, 1|H, N, N) attention_bias (input 5),
     which onnxruntime broadcasts over batch and heads."""
@@ -135,6 +144,11 @@ def key_lengths(key_mask):
 def length_multi_head_attention(q, k, v, key_mask, num_heads: int):
     """multi_head_attention with key lengths (B,) for the mask (padding="right")."""
     return MULTI_HEAD_ATTENTION(q, k, v, None, key_lengths(key_mask), num_heads=num_heads)
+
+
+def length_projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
+    """projected_multi_head_attention with key lengths (B,) for the mask (padding="right")."""
+    return MULTI_HEAD_ATTENTION(q, k, v, bias, key_lengths(key_mask), num_heads=num_heads)
 
 
 def length_biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
@@ -169,6 +183,7 @@ def half_rms_norm(x, weight, eps: float):
 TRANSLATIONS = {
     torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
     torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
+    torch.ops.ortformer.projected_softmax_attention.default: projected_multi_head_attention,
     torch.ops.ortformer.rotary_heads.default: rotary_heads,
     torch.ops.aten.gelu.default: gelu,
     torch.ops.ortformer.half_layer_norm.default: half_layer_norm,
@@ -180,6 +195,7 @@ RIGHT_PADDING_TRANSLATIONS = {
     **TRANSLATIONS,
     torch.ops.ortformer.masked_softmax_attention.default: length_multi_head_attention,
     torch.ops.ortformer.biased_softmax_attention.default: length_biased_multi_head_attention,
+    torch.ops.ortformer.projected_softmax_attention.default: length_projected_multi_head_attention,
 }
 
 
