@@ -62,7 +62,7 @@ def test_the_qkv_bias_is_the_attention_bias_input_and_equals_eager(padding, tmp_
     np.testing.assert_allclose(got[kept], want[contract.LAST_HIDDEN_STATE].numpy()[kept], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("overrides", [dict(positions="rotary"), dict(qk_norm=True), dict(num_kv_heads=2)],
+@pytest.mark.parametrize("overrides", [{"positions": "rotary"}, {"qk_norm": True}, {"num_kv_heads": 2}],
                          ids=["rotary", "qk-norm", "shared-kv"])
 def test_the_bias_stays_an_add_where_something_sits_between(overrides, tmp_path):
     cfg = preset("tiny", **overrides)
