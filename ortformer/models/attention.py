@@ -268,6 +268,15 @@ def get_kernel(name: str, causal: bool = False) -> Kernel:
         raise ConfigError(f"attention={name!r} is not valid; choose one of {', '.join(KERNELS)}") from None
 
 
+class Projection(nn.Linear):
+    """nn.Linear whose bias can be left out of one call (with_bias=False: x W^T), so the attention
+    kernel can add it (projected_softmax_attention); called as the module, so the exported MatMul keeps
+    the module's name (exporter/int8.module_of)."""
+
+    def forward(self, x: torch.Tensor, with_bias: bool = True) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias if with_bias else None)
+
+
 class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
@@ -293,7 +302,7 @@ class MultiHeadAttention(nn.Module):
         # A = H x D, the width attention works in: hidden_size unless head_size says otherwise (T5's d_kv)
         self.inner = num_heads * head_size if head_size else hidden_size
         self.kv_inner = self.kv_heads * (self.inner // num_heads)  # A_kv = H_kv x D
-        self.qkv = nn.Linear(hidden_size, self.inner + 2 * self.kv_inner, bias=bias)
+        self.qkv = Projection(hidden_size, self.inner + 2 * self.kv_inner, bias=bias)
         self.out = nn.Linear(self.inner, hidden_size, bias=bias)
         # disentangled attention with projections of its own (DeBERTa v1): rows [position queries; keys]
         self.positions = nn.Linear(hidden_size, 2 * self.inner) if position_projections else None
@@ -311,10 +320,12 @@ class MultiHeadAttention(nn.Module):
         Returns (B, N, F); q, k, v and the heads' output are A = H x D wide."""
         b, n, _ = x.shape
         f = self.inner
-        if self.fused and self.qkv.bias is not None and self.kv_heads == self.num_heads and self.q_norm is None \
-                and scores_bias is None and rotary is None and disentangled is None:
-            # nothing between the projection and the kernel: the kernel adds the bias itself
-            q, k, v = F.linear(x, self.qkv.weight).split(f, dim=-1)  # each (B, N, A), no bias yet
+        if self.fused and isinstance(self.qkv, Projection) and self.qkv.bias is not None \
+                and self.kv_heads == self.num_heads and self.q_norm is None and scores_bias is None \
+                and rotary is None and disentangled is None:
+            # nothing between the projection and the kernel: the kernel adds the bias itself (an
+            # adapter-wrapped qkv, models/adapters.py, is not a Projection and keeps its own forward)
+            q, k, v = self.qkv(x, with_bias=False).split(f, dim=-1)  # each (B, N, A), no bias yet
             out = projected_softmax_attention(q, k, v, self.qkv.bias, key_mask.to(torch.int32), self.num_heads)
             return self.out(out * key_mask.any(dim=1).to(out.dtype)[:, None, None])  # as below
         projected = self.qkv(x)  # (B, N, A + 2 A_kv): [Q | K | V]
