@@ -25,7 +25,7 @@ from ..core.errors import ExportError, ModelFileError, ParityError
 from ..modelfile.int8_kernels import open_session
 from ..modelfile import check_graph_io, file_weights_digest
 from ..models import Encoder, MultiHeadAttention, build_encoder
-from ..models.layers import LayerNorm32
+from ..models.layers import LayerNorm32, RMSNorm
 from ..contract import parity as parity_mod
 from .dynamo import export_program
 from .chunked import chunked_gate, chunked_payload
@@ -95,9 +95,10 @@ def _resolve(model_or_config, seed: int) -> tuple[Encoder, str]:
 @contextlib.contextmanager
 def _attention_fusion(model: Encoder, fused: bool, half_norms: bool = False):
     """Temporarily choose fused (contrib op) or standard-ONNX softmax attention, and with
-    half_norms float16 LayerNormalization nodes for the LayerNorms (models/layers.half_layer_norm)."""
+    half_norms float16 LayerNormalization / SimplifiedLayerNormalization nodes for the LayerNorms
+    and RMSNorms (models/layers.half_layer_norm, half_rms_norm)."""
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    norms = [m for m in model.modules() if isinstance(m, LayerNorm32)]
+    norms = [m for m in model.modules() if isinstance(m, (LayerNorm32, RMSNorm))]
     before = [m.fused for m in modules]
     for m in modules:
         m.fused = fused and m.can_fuse  # bidirectional, uncapped softmax: the fused kernel's

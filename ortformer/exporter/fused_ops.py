@@ -3,6 +3,10 @@
 - masked_softmax_attention becomes ``com.microsoft.MultiHeadAttention`` with a (B, N)
   int32 key padding mask: one kernel per layer instead of MatMul -> Add -> Softmax ->
   MatMul with (B, H, N, N) intermediates in the graph.
+- projected_softmax_attention (nothing between the QKV projection and the attention: no rotary, q / k
+  norm, shared K / V heads or position bias) becomes the same kernel with the projection's bias as its
+  bias input (3A,), which the kernel adds while splitting the heads (separate 3-D q, k and v, the
+  form whose bias onnxruntime accepts: packed K / V refuses one).
 - biased_softmax_attention (a relative position bias, a local window) becomes the same
   kernel with its attention_bias input.
 - rotary_heads (rotary positions of softmax models) becomes ``com.microsoft.RotaryEmbedding``,
@@ -12,6 +16,11 @@
 - half_layer_norm (a float16 LayerNorm with float32 statistics) becomes one float16 ONNX
   LayerNormalization with stash_type=1, not Cast -> float32 LayerNormalization -> Cast: onnxruntime
   fuses it with the residual Add into SkipLayerNormalization, in float16 with float32 accumulation.
+- half_rms_norm (a float16 RMSNorm computed in float32) becomes one float16
+  SimplifiedLayerNormalization, onnxruntime's RMSNorm op: its CPU and CUDA kernels take float16 X and
+  scale and accumulate in float32 (U = float). onnxruntime registers it in the ONNX domain (version 1),
+  which onnx itself does not define: SIMPLIFIED_LAYER_NORM registers its schema with onnx, so
+  onnx.checker in this process accepts the node. ONNX's own RMSNormalization needs opset 23.
 - aten.gelu becomes ``com.microsoft.Gelu``: the exporter's erf decomposition
   (x * 0.5 * (1 + erf(x * 0.7071))) is not matched by onnxruntime's GeluFusion, while
   a Gelu node lets onnxruntime fold the preceding bias Add into BiasGelu.
@@ -25,7 +34,7 @@ from onnx.defs import OpSchema
 from onnxscript import opset18 as op
 
 from ..models import attention  # noqa: F401  defines torch.ops.ortformer.masked_softmax_attention
-from ..models import layers  # noqa: F401  defines torch.ops.ortformer.half_layer_norm
+from ..models import layers  # noqa: F401  defines torch.ops.ortformer.half_layer_norm, half_rms_norm
 
 MICROSOFT = onnxscript.values.Opset("com.microsoft", 1)
 
@@ -73,6 +82,34 @@ GELU = onnxscript.values.Op(MICROSOFT, "Gelu", _unary_schema("Gelu"))
 FAST_GELU = onnxscript.values.Op(MICROSOFT, "FastGelu", _unary_schema("FastGelu"))
 
 
+def _simplified_layer_norm_schema() -> OpSchema:
+    """onnxruntime's SimplifiedLayerNormalization (contrib_defs.cc): Y = X / sqrt(mean(X^2) + epsilon) * scale
+    over the axes from `axis`; U is the type of its statistics (float for float16 X); output 2 (1 / rms)
+    is optional and not written here."""
+    param, optional = OpSchema.FormalParameter, OpSchema.FormalParameterOption.Optional
+    return OpSchema(
+        "SimplifiedLayerNormalization", "", 1,
+        inputs=[param("X", "T"), param("scale", "V")],
+        outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=optional)],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)"], ""), ("U", ["tensor(float)"], ""),
+                          ("V", ["tensor(float)", "tensor(float16)"], "")],
+        attributes=[OpSchema.Attribute("axis", OpSchema.AttrType.INT, ""),
+                    OpSchema.Attribute("epsilon", OpSchema.AttrType.FLOAT, ""),
+                    OpSchema.Attribute("stash_type", OpSchema.AttrType.INT, "")],
+    )
+
+
+def _registered(schema: OpSchema) -> OpSchema:
+    """schema, registered with onnx once per process so that onnx.checker knows the node."""
+    if not onnx.defs.has(schema.name, schema.domain):
+        onnx.defs.register_schema(schema)
+    return schema
+
+
+SIMPLIFIED_LAYER_NORM = onnxscript.values.Op(op, "SimplifiedLayerNormalization",
+                                             _registered(_simplified_layer_norm_schema()))
+
+
 def gelu(x, approximate: str = "none"):
     """erf GELU (and the tanh approximation) as one contrib node."""
     return FAST_GELU(x) if approximate == "tanh" else GELU(x)
@@ -81,6 +118,11 @@ def gelu(x, approximate: str = "none"):
 def multi_head_attention(q, k, v, key_mask, num_heads: int):
     """(B, N, F) q, k, v and a (B, N) mask -> (B, N, F)."""
     return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
+
+
+def projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
+    """multi_head_attention of q + b_q, k + b_k, v + b_v, bias = [b_q | b_k | b_v] (3F,)."""
+    return MULTI_HEAD_ATTENTION(q, k, v, bias, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
 
 
 def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
@@ -102,6 +144,11 @@ def key_lengths(key_mask):
 def length_multi_head_attention(q, k, v, key_mask, num_heads: int):
     """multi_head_attention with key lengths (B,) for the mask (padding="right")."""
     return MULTI_HEAD_ATTENTION(q, k, v, None, key_lengths(key_mask), num_heads=num_heads)
+
+
+def length_projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
+    """projected_multi_head_attention with key lengths (B,) for the mask (padding="right")."""
+    return MULTI_HEAD_ATTENTION(q, k, v, bias, key_lengths(key_mask), num_heads=num_heads)
 
 
 def length_biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
@@ -126,12 +173,21 @@ def half_layer_norm(x, weight, bias, eps: float):
     return normed
 
 
+def half_rms_norm(x, weight, eps: float):
+    """SimplifiedLayerNormalization over the last axis on float16 x and weight: mean(x^2) and the
+    normalisation in float32 (stash_type=1), the output float16."""
+    normed, _ = SIMPLIFIED_LAYER_NORM(x, weight, axis=-1, epsilon=eps, stash_type=1)  # (Y, inv_std_var)
+    return normed
+
+
 TRANSLATIONS = {
     torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
     torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
+    torch.ops.ortformer.projected_softmax_attention.default: projected_multi_head_attention,
     torch.ops.ortformer.rotary_heads.default: rotary_heads,
     torch.ops.aten.gelu.default: gelu,
     torch.ops.ortformer.half_layer_norm.default: half_layer_norm,
+    torch.ops.ortformer.half_rms_norm.default: half_rms_norm,
 }
 
 # padding="right": the attention takes key lengths instead of the (B, N) mask
@@ -139,6 +195,7 @@ RIGHT_PADDING_TRANSLATIONS = {
     **TRANSLATIONS,
     torch.ops.ortformer.masked_softmax_attention.default: length_multi_head_attention,
     torch.ops.ortformer.biased_softmax_attention.default: length_biased_multi_head_attention,
+    torch.ops.ortformer.projected_softmax_attention.default: length_projected_multi_head_attention,
 }
 
 

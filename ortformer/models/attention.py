@@ -148,6 +148,23 @@ def _masked_softmax_attention_shape(q, k, v, key_mask, num_heads):
     return torch.empty_like(q)
 
 
+@torch.library.custom_op("ortformer::projected_softmax_attention", mutates_args=())
+def projected_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                                key_mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """masked_softmax_attention of q + b_q, k + b_k, v + b_v with bias = [b_q | b_k | b_v] (3F,):
+    (B, N, F) -> (B, N, F).
+
+    Exported as MultiHeadAttention's bias input (exporter/fused_ops.py): the kernel adds the
+    projection's bias while it splits the heads, instead of an Add node over (B, N, 3F)."""
+    b_q, b_k, b_v = bias.split(q.shape[-1])
+    return masked_softmax_attention(q + b_q, k + b_k, v + b_v, key_mask, num_heads)
+
+
+@projected_softmax_attention.register_fake
+def _projected_softmax_attention_shape(q, k, v, bias, key_mask, num_heads):
+    return torch.empty_like(q)
+
+
 @torch.library.custom_op("ortformer::biased_softmax_attention", mutates_args=())
 def biased_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor,
                              scores_bias: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -251,6 +268,15 @@ def get_kernel(name: str, causal: bool = False) -> Kernel:
         raise ConfigError(f"attention={name!r} is not valid; choose one of {', '.join(KERNELS)}") from None
 
 
+class Projection(nn.Linear):
+    """nn.Linear whose bias can be left out of one call (with_bias=False: x W^T), so the attention
+    kernel can add it (projected_softmax_attention); called as the module, so the exported MatMul keeps
+    the module's name (exporter/int8.module_of)."""
+
+    def forward(self, x: torch.Tensor, with_bias: bool = True) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias if with_bias else None)
+
+
 class MultiHeadAttention(nn.Module):
     """One fused QKV projection, a kernel per head, and an output projection."""
 
@@ -276,7 +302,7 @@ class MultiHeadAttention(nn.Module):
         # A = H x D, the width attention works in: hidden_size unless head_size says otherwise (T5's d_kv)
         self.inner = num_heads * head_size if head_size else hidden_size
         self.kv_inner = self.kv_heads * (self.inner // num_heads)  # A_kv = H_kv x D
-        self.qkv = nn.Linear(hidden_size, self.inner + 2 * self.kv_inner, bias=bias)
+        self.qkv = Projection(hidden_size, self.inner + 2 * self.kv_inner, bias=bias)
         self.out = nn.Linear(self.inner, hidden_size, bias=bias)
         # disentangled attention with projections of its own (DeBERTa v1): rows [position queries; keys]
         self.positions = nn.Linear(hidden_size, 2 * self.inner) if position_projections else None
@@ -294,6 +320,14 @@ class MultiHeadAttention(nn.Module):
         Returns (B, N, F); q, k, v and the heads' output are A = H x D wide."""
         b, n, _ = x.shape
         f = self.inner
+        if self.fused and isinstance(self.qkv, Projection) and self.qkv.bias is not None \
+                and self.kv_heads == self.num_heads and self.q_norm is None and scores_bias is None \
+                and rotary is None and disentangled is None:
+            # nothing between the projection and the kernel: the kernel adds the bias itself (an
+            # adapter-wrapped qkv, models/adapters.py, is not a Projection and keeps its own forward)
+            q, k, v = self.qkv(x, with_bias=False).split(f, dim=-1)  # each (B, N, A), no bias yet
+            out = projected_softmax_attention(q, k, v, self.qkv.bias, key_mask.to(torch.int32), self.num_heads)
+            return self.out(out * key_mask.any(dim=1).to(out.dtype)[:, None, None])  # as below
         projected = self.qkv(x)  # (B, N, A + 2 A_kv): [Q | K | V]
         if self.kv_heads != self.num_heads:
             projected = self.shared_heads(projected)  # (B, N, 3A)

@@ -21,8 +21,30 @@ def at_least_f32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
+@torch.library.custom_op("ortformer::half_rms_norm", mutates_args=())
+def half_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of a float16 x (..., F) with a float16 weight (F,): x / sqrt(mean(x^2) + eps) * weight
+    in float32, rounded to float16 once: (..., F) float16 (RMSNorm.forward's arithmetic).
+
+    One opaque op so the exporter can write onnxruntime's float16 SimplifiedLayerNormalization
+    (float32 accumulation) instead of Cast -> float32 ops -> Cast (exporter/fused_ops.py)."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+@half_rms_norm.register_fake
+def _half_rms_norm_shape(x, weight, eps):
+    return torch.empty_like(x)
+
+
 class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 (no mean, no bias)."""
+    """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 (no mean, no bias).
+
+    Gemma's (1 + w) scaling is folded into the stored weight at import (models/hf/families/gemma.py).
+    fused (set by the exporter for float16 graphs with fused ops): a float16 x goes through
+    half_rms_norm, the same arithmetic as one float16 SimplifiedLayerNormalization node.
+    """
+    fused = False
 
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -30,6 +52,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused and x.dtype == torch.float16:
+            return half_rms_norm(x, self.weight, self.eps)
         x32 = at_least_f32(x)
         normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return (normed * at_least_f32(self.weight)).to(x.dtype)
