@@ -267,8 +267,7 @@ def export(model_or_config, path, *, graph: GraphOptions | None = None, text: Te
         # afterwards (onnx's version converter holds several copies of the weights at once)
         traced_opset = max(opset, ROW_QUANTIZE_OPSET) if quantize == "int8" else opset
         traced = Float16Encoder(model) if dtype == "float16" else model
-        proto = (_trace_to_onnx(traced, traced_opset, fused_ops, padding="right") if graph.padding == "right"
-                 else _trace_to_onnx(traced, traced_opset, fused_ops))
+        proto = _trace_to_onnx(traced, traced_opset, fused_ops, padding=graph.padding)
     meta.update({
         contract.META_FORMAT: contract.FORMAT,
         contract.META_VERSION: __version__,

@@ -115,21 +115,9 @@ def gelu(x, approximate: str = "none"):
     return FAST_GELU(x) if approximate == "tanh" else GELU(x)
 
 
-def multi_head_attention(q, k, v, key_mask, num_heads: int):
-    """(B, N, F) q, k, v and a (B, N) mask -> (B, N, F)."""
-    return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
-
-
-def projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
-    """multi_head_attention of q + b_q, k + b_k, v + b_v, bias = [b_q | b_k | b_v] (3F,)."""
-    return MULTI_HEAD_ATTENTION(q, k, v, bias, op.Cast(key_mask, to=onnx.TensorProto.INT32), num_heads=num_heads)
-
-
-def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
-    """As multi_head_attention, plus an additive (1|B, 1|H, N, N) attention_bias (input 5),
-    which onnxruntime broadcasts over batch and heads."""
-    return MULTI_HEAD_ATTENTION(q, k, v, None, op.Cast(key_mask, to=onnx.TensorProto.INT32), scores_bias,
-                                num_heads=num_heads)
+def padding_mask(key_mask):
+    """(B, N) mask -> MultiHeadAttention's (B, N) int32 key_padding_mask."""
+    return op.Cast(key_mask, to=onnx.TensorProto.INT32)
 
 
 def key_lengths(key_mask):
@@ -141,19 +129,26 @@ def key_lengths(key_mask):
     return op.Max(lengths, op.CastLike(op.Constant(value_int=1), lengths))
 
 
-def length_multi_head_attention(q, k, v, key_mask, num_heads: int):
-    """multi_head_attention with key lengths (B,) for the mask (padding="right")."""
-    return MULTI_HEAD_ATTENTION(q, k, v, None, key_lengths(key_mask), num_heads=num_heads)
+def attention_translations(mask_input) -> dict:
+    """The softmax attention ops as MultiHeadAttention nodes whose mask input is mask_input(key_mask):
+    padding_mask, or key_lengths for padding="right"."""
 
+    def multi_head_attention(q, k, v, key_mask, num_heads: int):
+        """(B, N, F) q, k, v and a (B, N) mask -> (B, N, F)."""
+        return MULTI_HEAD_ATTENTION(q, k, v, None, mask_input(key_mask), num_heads=num_heads)
 
-def length_projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
-    """projected_multi_head_attention with key lengths (B,) for the mask (padding="right")."""
-    return MULTI_HEAD_ATTENTION(q, k, v, bias, key_lengths(key_mask), num_heads=num_heads)
+    def projected_multi_head_attention(q, k, v, bias, key_mask, num_heads: int):
+        """multi_head_attention of q + b_q, k + b_k, v + b_v, bias = [b_q | b_k | b_v] (3F,)."""
+        return MULTI_HEAD_ATTENTION(q, k, v, bias, mask_input(key_mask), num_heads=num_heads)
 
+    def biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
+        """As multi_head_attention, plus an additive (1|B, 1|H, N, N) attention_bias (input 5),
+        which onnxruntime broadcasts over batch and heads."""
+        return MULTI_HEAD_ATTENTION(q, k, v, None, mask_input(key_mask), scores_bias, num_heads=num_heads)
 
-def length_biased_multi_head_attention(q, k, v, key_mask, scores_bias, num_heads: int):
-    """biased_multi_head_attention with key lengths (B,) for the mask (padding="right")."""
-    return MULTI_HEAD_ATTENTION(q, k, v, None, key_lengths(key_mask), scores_bias, num_heads=num_heads)
+    return {torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
+            torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
+            torch.ops.ortformer.projected_softmax_attention.default: projected_multi_head_attention}
 
 
 def rotary_heads(x, cos, sin, num_heads: int):
@@ -181,9 +176,7 @@ def half_rms_norm(x, weight, eps: float):
 
 
 TRANSLATIONS = {
-    torch.ops.ortformer.masked_softmax_attention.default: multi_head_attention,
-    torch.ops.ortformer.biased_softmax_attention.default: biased_multi_head_attention,
-    torch.ops.ortformer.projected_softmax_attention.default: projected_multi_head_attention,
+    **attention_translations(padding_mask),
     torch.ops.ortformer.rotary_heads.default: rotary_heads,
     torch.ops.aten.gelu.default: gelu,
     torch.ops.ortformer.half_layer_norm.default: half_layer_norm,
@@ -191,12 +184,7 @@ TRANSLATIONS = {
 }
 
 # padding="right": the attention takes key lengths instead of the (B, N) mask
-RIGHT_PADDING_TRANSLATIONS = {
-    **TRANSLATIONS,
-    torch.ops.ortformer.masked_softmax_attention.default: length_multi_head_attention,
-    torch.ops.ortformer.biased_softmax_attention.default: length_biased_multi_head_attention,
-    torch.ops.ortformer.projected_softmax_attention.default: length_projected_multi_head_attention,
-}
+RIGHT_PADDING_TRANSLATIONS = {**TRANSLATIONS, **attention_translations(key_lengths)}
 
 
 def translations(padding: str = "any") -> dict:

@@ -13,17 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import contract
-from ..runtime.right_padding import align_feeds, alignment, restore_outputs, sequence_outputs
+from ..runtime.right_padding import run_aligned, sequence_outputs
 
 Named = dict[str, np.ndarray]
-
-
-def _aligned_call(run: Callable[[Named], Named], feeds: Named, per_token: set[str]) -> Named:
-    perm = alignment(feeds[contract.ATTENTION_MASK])
-    if perm is None:
-        return run(feeds)
-    return restore_outputs(run(align_feeds(feeds, perm)), perm, per_token)
 
 
 class RightAligned:
@@ -39,11 +31,11 @@ class RightAligned:
         return self.session.get_providers()
 
     def run(self, names, feeds, *args):
-        outputs = _aligned_call(lambda f: dict(zip(names, self.session.run(names, f, *args))), feeds, self._per_token)
+        outputs = run_aligned(lambda f: dict(zip(names, self.session.run(names, f, *args))), feeds, self._per_token)
         return [outputs[name] for name in names]
 
 
 def right_aligned(eager: Callable[[Named], Named], cfg) -> Callable[[Named], Named]:
     """eager (named numpy in, named numpy out) with each row right-aligned first."""
     per_token = sequence_outputs(cfg)
-    return lambda feeds: _aligned_call(eager, feeds, per_token)
+    return lambda feeds: run_aligned(eager, feeds, per_token)

@@ -327,7 +327,7 @@ class MultiHeadAttention(nn.Module):
             # adapter-wrapped qkv, models/adapters.py, is not a Projection and keeps its own forward)
             q, k, v = self.qkv(x, with_bias=False).split(f, dim=-1)  # each (B, N, A), no bias yet
             out = projected_softmax_attention(q, k, v, self.qkv.bias, key_mask.to(torch.int32), self.num_heads)
-            return self.out(out * key_mask.any(dim=1).to(out.dtype)[:, None, None])  # as below
+            return self._fused_out(out, key_mask)
         projected = self.qkv(x)  # (B, N, A + 2 A_kv): [Q | K | V]
         if self.kv_heads != self.num_heads:
             projected = self.shared_heads(projected)  # (B, N, 3A)
@@ -346,10 +346,7 @@ class MultiHeadAttention(nn.Module):
             else:
                 out = biased_softmax_attention(q, k, v, key_mask.to(torch.int32), scores_bias.to(q.dtype),
                                                self.num_heads)
-            # rows with no kept key are zero (the fused ONNX kernel would average them); a
-            # multiply by (B, 1, 1) instead of Where: no (B, N, F) zeros are materialised
-            out = out * key_mask.any(dim=1).to(out.dtype)[:, None, None]
-            return self.out(out)
+            return self._fused_out(out, key_mask)
         qkv = projected.view(b, n, 3, self.num_heads, f // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, D)
         if self.q_norm is not None:
@@ -366,6 +363,12 @@ class MultiHeadAttention(nn.Module):
         else:
             heads = self.kernel(q, k, v, key_mask, self.eps)  # (B, H, N, D)
         return self.out(heads.transpose(1, 2).reshape(b, n, f))
+
+    def _fused_out(self, out: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """The output projection of a fused kernel's (B, N, A) heads, rows with no kept key zero
+        (the fused ONNX kernel would average them); a multiply by (B, 1, 1) instead of Where: no
+        (B, N, F) zeros are materialised."""
+        return self.out(out * key_mask.any(dim=1).to(out.dtype)[:, None, None])
 
     def shared_heads(self, projected: torch.Tensor) -> torch.Tensor:
         """[Q | K | V] (B, N, A + 2 A_kv) -> (B, N, 3A): each K / V head repeated for the

@@ -18,6 +18,8 @@ padding around them. numpy only (the runtime never imports torch).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from .. import contract
@@ -60,3 +62,12 @@ def sequence_outputs(cfg) -> set[str]:
     """The outputs of a model with a sequence axis (per token), which restore_outputs puts back."""
     return {name for name, shape in contract.output_shapes(cfg).items()
             if len(shape) > 1 and shape[1] == contract.SEQUENCE_AXIS}
+
+
+def run_aligned(run: Callable[[dict], dict], feeds: dict[str, np.ndarray], sequence_outputs: set[str]) -> dict:
+    """run(feeds) (named arrays in, named arrays out) for a key-length file: rows that are not
+    right-padded right-aligned first and the outputs in sequence_outputs put back after."""
+    perm = alignment(feeds[contract.ATTENTION_MASK])
+    if perm is None:
+        return run(feeds)
+    return restore_outputs(run(align_feeds(feeds, perm)), perm, sequence_outputs)

@@ -27,7 +27,7 @@ from .batching import PreparedBatch, length_batches, prepare
 from ..modelfile.chunkfile import MAX_CHUNK_SIZE
 from ..modelfile import read_model_file, tokenizer_path
 from .chunked import ChunkedRunner, parse_payload
-from .right_padding import align_feeds, alignment, restore_outputs, sequence_outputs
+from .right_padding import run_aligned, sequence_outputs
 from .openvino_session import OpenVINOSession, int8_refused
 from .tuned import check_opened as check_tuned_file, resolve as resolve_tuned
 from .optimize import optimized_for_cpu
@@ -512,10 +512,12 @@ class Runtime:
                                    np.float32) for name in names}
         if self.chunk_size is not None and feeds[contract.ATTENTION_MASK].shape[1] > self.chunk_size:
             return self.chunk_runner().run(feeds, out)
-        perm = alignment(feeds[contract.ATTENTION_MASK]) if self.model_file.right_padding else None
-        if perm is not None:  # key lengths hold for right-padded rows only: align, run, put back
-            outputs = self._execute(align_feeds(feeds, perm), names=names)
-            return restore_outputs(outputs, perm, self._sequence_outputs)
+        if self.model_file.right_padding:  # key lengths hold for right-padded rows only: align, run, put back
+            return run_aligned(lambda aligned: self._session_call(aligned, names), feeds, self._sequence_outputs)
+        return self._session_call(feeds, names)
+
+    def _session_call(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        """One call of the session (IO binding on CUDA), its outputs checked finite."""
         if self.provider == "cuda":
             outputs = self._run_bound(feeds, "cuda", self.device_id, names)
         else:
