@@ -28,7 +28,7 @@ CHILD = textwrap.dedent("""
         import importlib, onnx
         export_module = importlib.import_module("ortformer.exporter.export")  # the module, not the function
         trace = onnx.load(sys.argv[2])
-        export_module._trace_to_onnx = lambda model, opset, fused_ops=True: trace
+        export_module._trace_to_onnx = lambda model, opset, fused_ops=True, padding="any": trace
     export(preset("tiny", **%r), sys.argv[1], force=True, seed=9,
            progress=lambda step: print("STEP", step, flush=True))
 """ % CHILD_CONFIG)
@@ -47,8 +47,8 @@ def child_trace(tmp_path_factory):
     traces = []
     real = export_module._trace_to_onnx
 
-    def keep(model, opset, fused_ops=True):
-        traces.append(real(model, opset, fused_ops))
+    def keep(model, opset, fused_ops=True, padding="any"):
+        traces.append(real(model, opset, fused_ops, padding))
         return traces[-1]
 
     path = tmp_path_factory.mktemp("trace") / "trace.onnx"
